@@ -1,0 +1,3 @@
+module github.com/elasticps/elasticps
+
+go 1.26
