@@ -1,0 +1,270 @@
+package postoffice
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+)
+
+// Config is everything a node needs to join a job. ConfigFromEnv fills it
+// from ps-lite's environment variables; Go programs may also build it
+// directly (tests run whole jobs inside one process this way).
+type Config struct {
+	// Role of this node (DMLC_ROLE). Required.
+	Role message.Role
+	// NumWorkers and NumServers are the expected counts (DMLC_NUM_WORKER,
+	// DMLC_NUM_SERVER). NumWorkers counts worker *registrations*: a process
+	// with two customers that both call Start registers twice.
+	NumWorkers, NumServers int
+	// SchedulerHost and SchedulerPort locate the scheduler
+	// (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT). The scheduler binds exactly there.
+	SchedulerHost string
+	SchedulerPort int
+	// NodeHost is the address this node advertises and binds
+	// (DMLC_NODE_HOST; else the first IPv4 of DMLC_INTERFACE; else of the
+	// first non-loopback interface, falling back to 127.0.0.1).
+	NodeHost string
+	// Port to listen on (PORT); 0 picks a free one.
+	Port int
+	// VanType selects the transport (DMLC_PS_VAN_TYPE): "zmq" (default).
+	VanType string
+	// Local uses ipc:// endpoints instead of tcp (DMLC_LOCAL).
+	Local bool
+	// BindAll makes the scheduler bind 0.0.0.0 (DMLC_USE_KUBERNETES).
+	BindAll bool
+	// WaterMark is ZMQ_SNDHWM for peer sockets (DMLC_PS_WATER_MARK); 0 = default.
+	WaterMark int
+	// Verbose is the log level (PS_VERBOSE): 1 logs connections, 2 every message.
+	Verbose int
+	// HeartbeatInterval between node->scheduler heartbeats
+	// (PS_HEARTBEAT_INTERVAL, seconds); 0 disables heartbeats.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout after which a silent node counts as dead
+	// (PS_HEARTBEAT_TIMEOUT, seconds); 0 = never dead. Recovery of a
+	// restarted node needs both heartbeat settings.
+	HeartbeatTimeout time.Duration
+	// Resend enables the ACK/resend layer (PS_RESEND) with ResendTimeout
+	// (PS_RESEND_TIMEOUT, ms, default 1000).
+	Resend        bool
+	ResendTimeout time.Duration
+	// DropPercent drops that share of received messages (PS_DROP_MSG; debug).
+	DropPercent int
+	// CustomerWait is how long a data message for a customer that is not
+	// registered yet is parked before it is dropped with an error (5 s, as
+	// ps-lite's GetCustomer timeout).
+	CustomerWait time.Duration
+	// Logger receives the node's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// EnvError is returned for a missing or invalid environment variable.
+type EnvError struct {
+	Var, Value, Want string
+}
+
+func (e *EnvError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("environment variable %s is not set: set it to %s", e.Var, e.Want)
+	}
+	return fmt.Sprintf("environment variable %s=%q is invalid: expected %s", e.Var, e.Value, e.Want)
+}
+
+// Getenv looks a variable up; ps-lite's Environment::Init map takes
+// precedence over the process environment, which callers model by passing
+// their own function.
+type Getenv func(key string) (string, bool)
+
+// OSEnv reads the process environment.
+func OSEnv(key string) (string, bool) { return os.LookupEnv(key) }
+
+// ConfigFromEnv builds a Config from ps-lite's environment variables. The
+// first missing or invalid required variable yields an *EnvError.
+func ConfigFromEnv(env Getenv) (Config, error) {
+	if env == nil {
+		env = OSEnv
+	}
+	var c Config
+	get := func(k string) string { v, _ := env(k); return strings.TrimSpace(v) }
+
+	roleStr := get("DMLC_ROLE")
+	if roleStr == "" {
+		return c, &EnvError{Var: "DMLC_ROLE", Want: "worker, server or scheduler"}
+	}
+	role, err := message.ParseRole(roleStr)
+	if err != nil {
+		return c, &EnvError{Var: "DMLC_ROLE", Value: roleStr, Want: "worker, server or scheduler"}
+	}
+	c.Role = role
+	if c.NumWorkers, err = requiredInt(get, "DMLC_NUM_WORKER", 0, "the number of workers, an integer >= 0"); err != nil {
+		return c, err
+	}
+	if c.NumServers, err = requiredInt(get, "DMLC_NUM_SERVER", 0, "the number of servers, an integer >= 0"); err != nil {
+		return c, err
+	}
+	if c.NumWorkers+c.NumServers == 0 {
+		return c, &EnvError{Var: "DMLC_NUM_WORKER", Value: "0", Want: "at least one worker or server (DMLC_NUM_WORKER + DMLC_NUM_SERVER >= 1)"}
+	}
+	c.SchedulerHost = get("DMLC_PS_ROOT_URI")
+	if c.SchedulerHost == "" {
+		return c, &EnvError{Var: "DMLC_PS_ROOT_URI", Want: "the scheduler's IP address or host name, e.g. 127.0.0.1"}
+	}
+	if c.SchedulerPort, err = requiredInt(get, "DMLC_PS_ROOT_PORT", 1, "the scheduler's TCP port, 1-65535"); err != nil {
+		return c, err
+	}
+	if c.SchedulerPort > 65535 {
+		return c, &EnvError{Var: "DMLC_PS_ROOT_PORT", Value: get("DMLC_PS_ROOT_PORT"), Want: "the scheduler's TCP port, 1-65535"}
+	}
+
+	if c.Port, err = optionalInt(get, "PORT", 0, 0, "a TCP port 0-65535 (0 = any free port)"); err != nil {
+		return c, err
+	}
+	if c.Port > 65535 {
+		return c, &EnvError{Var: "PORT", Value: get("PORT"), Want: "a TCP port 0-65535 (0 = any free port)"}
+	}
+	if c.Role != message.RoleScheduler {
+		if c.NodeHost, err = nodeHost(get("DMLC_NODE_HOST"), get("DMLC_INTERFACE")); err != nil {
+			return c, err
+		}
+	}
+	c.VanType = get("DMLC_PS_VAN_TYPE")
+	if c.VanType == "" {
+		c.VanType = "zmq"
+	}
+	if c.VanType != "zmq" {
+		return c, &EnvError{Var: "DMLC_PS_VAN_TYPE", Value: c.VanType, Want: `"zmq"`}
+	}
+	local, err := optionalInt(get, "DMLC_LOCAL", 0, 0, "0 or 1")
+	if err != nil {
+		return c, err
+	}
+	c.Local = local != 0
+	k8s, err := optionalInt(get, "DMLC_USE_KUBERNETES", 0, 0, "0 or 1")
+	if err != nil {
+		return c, err
+	}
+	c.BindAll = k8s > 0 && c.Role == message.RoleScheduler
+	if c.WaterMark, err = optionalInt(get, "DMLC_PS_WATER_MARK", 0, 0, "a message count >= 0"); err != nil {
+		return c, err
+	}
+	if c.Verbose, err = optionalInt(get, "PS_VERBOSE", 0, 0, "0, 1 or 2"); err != nil {
+		return c, err
+	}
+	hbi, err := optionalInt(get, "PS_HEARTBEAT_INTERVAL", 0, 0, "seconds >= 0 (0 = off)")
+	if err != nil {
+		return c, err
+	}
+	c.HeartbeatInterval = time.Duration(hbi) * time.Second
+	hbt, err := optionalInt(get, "PS_HEARTBEAT_TIMEOUT", 0, 0, "seconds >= 0 (0 = never dead)")
+	if err != nil {
+		return c, err
+	}
+	c.HeartbeatTimeout = time.Duration(hbt) * time.Second
+	resend, err := optionalInt(get, "PS_RESEND", 0, 0, "0 or 1")
+	if err != nil {
+		return c, err
+	}
+	c.Resend = resend != 0
+	rt, err := optionalInt(get, "PS_RESEND_TIMEOUT", 1000, 1, "milliseconds >= 1")
+	if err != nil {
+		return c, err
+	}
+	c.ResendTimeout = time.Duration(rt) * time.Millisecond
+	if c.DropPercent, err = optionalInt(get, "PS_DROP_MSG", 0, 0, "a percentage 0-100"); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func requiredInt(get func(string) string, key string, min int, want string) (int, error) {
+	v := get(key)
+	if v == "" {
+		return 0, &EnvError{Var: key, Want: want}
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		return 0, &EnvError{Var: key, Value: v, Want: want}
+	}
+	return n, nil
+}
+
+func optionalInt(get func(string) string, key string, def, min int, want string) (int, error) {
+	v := get(key)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min {
+		return 0, &EnvError{Var: key, Value: v, Want: want}
+	}
+	return n, nil
+}
+
+// nodeHost resolves the address to advertise, with ps-lite's precedence.
+func nodeHost(host, iface string) (string, error) {
+	if host != "" {
+		return host, nil
+	}
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return "", fmt.Errorf("cannot list network interfaces (%v): set DMLC_NODE_HOST to this node's IP", err)
+	}
+	for _, it := range ifaces {
+		if iface != "" && !strings.HasPrefix(it.Name, iface) {
+			continue
+		}
+		if iface == "" && (it.Flags&net.FlagLoopback != 0 || it.Flags&net.FlagUp == 0) {
+			continue
+		}
+		addrs, _ := it.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String(), nil
+			}
+		}
+	}
+	if iface != "" {
+		return "", &EnvError{Var: "DMLC_INTERFACE", Value: iface, Want: "the name (or prefix) of a network interface with an IPv4 address, or set DMLC_NODE_HOST"}
+	}
+	// Unlike ps-lite (which aborts on a host with only lo), a loopback-only
+	// machine gets 127.0.0.1 so single-host jobs work out of the box.
+	return "127.0.0.1", nil
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+// validate checks a Config built in Go (ConfigFromEnv already checked its own).
+func (c *Config) validate() error {
+	if c.Role != message.RoleScheduler && c.Role != message.RoleServer && c.Role != message.RoleWorker {
+		return fmt.Errorf("postoffice: invalid role %d: use message.RoleWorker, RoleServer or RoleScheduler", c.Role)
+	}
+	if c.NumWorkers < 0 || c.NumServers < 0 || c.NumWorkers+c.NumServers == 0 {
+		return fmt.Errorf("postoffice: NumWorkers=%d NumServers=%d: need non-negative counts with at least one node", c.NumWorkers, c.NumServers)
+	}
+	if c.SchedulerHost == "" || c.SchedulerPort <= 0 || c.SchedulerPort > 65535 {
+		return fmt.Errorf("postoffice: scheduler address %s:%d is invalid: set SchedulerHost and SchedulerPort (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT)", c.SchedulerHost, c.SchedulerPort)
+	}
+	if c.Role != message.RoleScheduler && c.NodeHost == "" {
+		c.NodeHost = "127.0.0.1"
+	}
+	if c.ResendTimeout <= 0 {
+		c.ResendTimeout = time.Second
+	}
+	if c.CustomerWait <= 0 {
+		c.CustomerWait = 5 * time.Second
+	}
+	if c.VanType == "" {
+		c.VanType = "zmq"
+	}
+	return nil
+}

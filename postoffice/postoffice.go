@@ -1,0 +1,821 @@
+// Package postoffice is a node's control plane: it registers with the
+// scheduler, keeps the node table and groups, runs barriers and heartbeats,
+// recovers restarted nodes, dispatches data messages to customers, and owns
+// the routing table. The transport underneath (van.Transport) only moves
+// bytes; the scheduler's decisions come from package scheduler.
+//
+// Unlike ps-lite there is no process-wide singleton: a process may run
+// several nodes (tests run whole jobs in one process), each with its own
+// Postoffice.
+package postoffice
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/scheduler"
+	"github.com/elasticps/elasticps/van"
+)
+
+// Customer receives the data messages addressed to one (app id, customer id).
+// Accept is called from the receive loop and must not block.
+type Customer interface {
+	Accept(msg *message.Message)
+}
+
+// ErrStopped is returned by operations on a stopped node.
+var ErrStopped = errors.New("postoffice: node is stopped")
+
+type customerKey struct{ app, customer int32 }
+
+type parked struct {
+	msg      *message.Message
+	deadline time.Time
+}
+
+// Postoffice is one node's control plane.
+type Postoffice struct {
+	cfg Config
+	log *slog.Logger
+	tr  van.Transport
+
+	startMu    sync.Mutex
+	started    bool // transport bound, receive loop running
+	ready      chan struct{}
+	readyOnce  sync.Once
+	stopped    chan struct{}
+	stopOnce   sync.Once
+	loopDone   chan struct{}
+	hbDone     chan struct{}
+	startTime  time.Time
+	timestamp  atomic.Int32
+	numStarted atomic.Int32 // customers that called Start
+
+	mu        sync.Mutex
+	myNode    message.Node
+	connected map[string]int32 // host:port -> id
+	numSeen   [2]int           // servers, workers learnt from ADD_NODE
+	customers map[customerKey]Customer
+	parked    map[customerKey][]parked
+	exitFns   []func()
+	// barrier waiters: customer id -> channel closed on release
+	barrierWait map[int32]chan struct{}
+
+	hbMu       sync.Mutex
+	heartbeats map[int32]time.Time // scheduler: per node; others: the scheduler
+
+	sched    *scheduler.State // scheduler role only; touched by the receive loop
+	groups   map[int][]int32
+	routing  *RoutingTable
+	resender *resender
+
+	// Stats counts what the node saw; read with Stats().
+	stats Stats
+}
+
+// Stats are monotonically increasing counters.
+type Stats struct {
+	MsgsSent, MsgsRecv   atomic.Int64
+	BytesSent, BytesRecv atomic.Int64
+	Malformed            atomic.Int64 // messages rejected by the transport
+	Dropped              atomic.Int64 // valid messages that had nowhere to go
+	Rejected             atomic.Int64 // control requests the scheduler refused
+}
+
+// New creates a node from cfg over tr. Nothing happens on the network until
+// Start.
+func New(cfg Config, tr van.Transport) (*Postoffice, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if tr == nil {
+		return nil, errors.New("postoffice: nil transport")
+	}
+	p := &Postoffice{
+		cfg:         cfg,
+		log:         cfg.logger().With("role", cfg.Role.String()),
+		tr:          tr,
+		ready:       make(chan struct{}),
+		stopped:     make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		hbDone:      make(chan struct{}),
+		connected:   map[string]int32{},
+		customers:   map[customerKey]Customer{},
+		parked:      map[customerKey][]parked{},
+		barrierWait: map[int32]chan struct{}{},
+		heartbeats:  map[int32]time.Time{},
+		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
+		routing:     NewIdentityRouting(cfg.NumServers),
+	}
+	p.myNode = message.NewNode(cfg.Role)
+	if cfg.Role == message.RoleScheduler {
+		p.myNode.ID = message.SchedulerID
+		p.myNode.Hostname = cfg.SchedulerHost
+		p.myNode.Port = int32(cfg.SchedulerPort)
+		p.myNode.CustomerID = 0
+	} else {
+		p.myNode.Hostname = cfg.NodeHost
+		p.myNode.Port = int32(cfg.Port)
+	}
+	return p, nil
+}
+
+func (p *Postoffice) schedulerNode() message.Node {
+	n := message.NewNode(message.RoleScheduler)
+	n.ID = message.SchedulerID
+	n.Hostname = p.cfg.SchedulerHost
+	n.Port = int32(p.cfg.SchedulerPort)
+	n.CustomerID = 0
+	return n
+}
+
+// Start registers customer customerID of this node with the job and blocks
+// until every node has registered (ps::StartAsync; ps::Start adds a barrier
+// on group 7, see StartWithBarrier). The first call binds the transport and
+// starts the receive loop; every call sends its own ADD_NODE, as a process
+// with several customers does in ps-lite.
+func (p *Postoffice) Start(customerID int) error {
+	if err := p.startOnce(); err != nil {
+		return err
+	}
+	if p.cfg.Role != message.RoleScheduler {
+		p.mu.Lock()
+		n := p.myNode
+		p.mu.Unlock()
+		n.ID = message.Empty
+		n.CustomerID = int32(customerID)
+		m := &message.Message{Meta: message.NewMeta()}
+		m.Meta.Recver = message.SchedulerID
+		m.Meta.Control.Cmd = message.CmdAddNode
+		m.Meta.Control.Nodes = []message.Node{n}
+		if err := p.sendControl(m); err != nil {
+			return fmt.Errorf("postoffice: cannot register with the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+		}
+	}
+	p.numStarted.Add(1)
+	select {
+	case <-p.ready:
+	case <-p.stopped:
+		return ErrStopped
+	}
+	p.startHeartbeat()
+	return nil
+}
+
+// StartWithBarrier is ps::Start: Start, then a barrier on all nodes.
+func (p *Postoffice) StartWithBarrier(customerID int) error {
+	if err := p.Start(customerID); err != nil {
+		return err
+	}
+	return p.Barrier(customerID, message.AllGroup)
+}
+
+func (p *Postoffice) startOnce() error {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	if p.started {
+		return nil
+	}
+	select {
+	case <-p.stopped:
+		return ErrStopped
+	default:
+	}
+	retries := 40
+	if p.cfg.Role == message.RoleScheduler {
+		retries = 0
+	}
+	bindNode := p.myNode
+	port, err := p.tr.Bind(bindNode, retries)
+	if err != nil {
+		return fmt.Errorf("postoffice: %s cannot listen on %s:%d: %w", p.cfg.Role, bindNode.Hostname, bindNode.Port, err)
+	}
+	p.mu.Lock()
+	p.myNode.Port = int32(port)
+	me := p.myNode
+	p.mu.Unlock()
+	p.vlog(1, "bound", "node", me.String())
+	p.startTime = time.Now()
+	if p.cfg.Role == message.RoleScheduler {
+		p.sched = scheduler.New(scheduler.Config{
+			NumServers: p.cfg.NumServers, NumWorkers: p.cfg.NumWorkers,
+			Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout,
+		}, p.startTime)
+		// The scheduler talks to itself (its own barrier requests) over a
+		// self-connection, as ps-lite does.
+		if err := p.tr.Connect(me, message.SchedulerID); err != nil {
+			return fmt.Errorf("postoffice: scheduler cannot connect to itself: %w", err)
+		}
+	} else if err := p.tr.Connect(p.schedulerNode(), message.Empty); err != nil {
+		return fmt.Errorf("postoffice: cannot connect to the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+	}
+	if p.cfg.Resend {
+		p.resender = newResender(p, p.cfg.ResendTimeout, 10)
+	}
+	p.started = true
+	go p.receiveLoop()
+	go p.parkedLoop()
+	return nil
+}
+
+// Finalize is ps::Finalize: an optional barrier on all nodes, then, for
+// customer 0, the node stops.
+func (p *Postoffice) Finalize(customerID int, barrier bool) error {
+	var err error
+	if barrier {
+		err = p.Barrier(customerID, message.AllGroup)
+	}
+	if customerID == 0 {
+		p.Stop()
+	}
+	return err
+}
+
+// Stop shuts the node down: the receive loop ends, heartbeats stop, the
+// transport closes and exit callbacks run. It is idempotent.
+func (p *Postoffice) Stop() {
+	p.stopOnce.Do(func() {
+		p.startMu.Lock()
+		started := p.started
+		p.startMu.Unlock()
+		if p.resender != nil {
+			p.resender.stop() // before the transport goes: no resend after close
+		}
+		if started {
+			// TERMINATE to ourselves ends the receive loop after everything
+			// already queued (ps-lite's shutdown path).
+			me := p.MyNode()
+			m := &message.Message{Meta: message.NewMeta()}
+			m.Meta.Control.Cmd = message.CmdTerminate
+			m.Meta.Recver = me.ID
+			m.Meta.CustomerID = 0
+			sent := false
+			if me.ID != message.Empty {
+				if _, err := p.tr.Send(m); err == nil {
+					sent = true
+				}
+			}
+			close(p.stopped)
+			if sent {
+				select {
+				case <-p.loopDone:
+				case <-time.After(2 * time.Second):
+					p.log.Warn("receive loop did not see TERMINATE in 2s; closing the transport")
+				}
+			}
+		} else {
+			close(p.stopped)
+		}
+		_ = p.tr.Close()
+		if started {
+			<-p.loopDone
+		}
+		p.mu.Lock()
+		fns := p.exitFns
+		for _, ch := range p.barrierWait {
+			close(ch)
+		}
+		p.barrierWait = map[int32]chan struct{}{}
+		p.mu.Unlock()
+		for _, f := range fns {
+			f()
+		}
+		p.vlog(1, "stopped", "node", p.MyNode().String())
+	})
+}
+
+// Done is closed when the node stops.
+func (p *Postoffice) Done() <-chan struct{} { return p.stopped }
+
+// RegisterExitCallback runs f after the node stops.
+func (p *Postoffice) RegisterExitCallback(f func()) {
+	p.mu.Lock()
+	p.exitFns = append(p.exitFns, f)
+	p.mu.Unlock()
+}
+
+// AddCustomer registers c for data messages to (appID, customerID).
+// Messages that arrived before registration are delivered now.
+func (p *Postoffice) AddCustomer(appID, customerID int, c Customer) error {
+	k := customerKey{int32(appID), int32(customerID)}
+	p.mu.Lock()
+	if _, ok := p.customers[k]; ok {
+		p.mu.Unlock()
+		return fmt.Errorf("postoffice: customer %d of app %d already exists: use a distinct customer id per KVWorker/SimpleApp", customerID, appID)
+	}
+	p.customers[k] = c
+	early := p.parked[k]
+	delete(p.parked, k)
+	p.mu.Unlock()
+	for _, pm := range early {
+		c.Accept(pm.msg)
+	}
+	return nil
+}
+
+// RemoveCustomer unregisters a customer.
+func (p *Postoffice) RemoveCustomer(appID, customerID int) {
+	p.mu.Lock()
+	delete(p.customers, customerKey{int32(appID), int32(customerID)})
+	p.mu.Unlock()
+}
+
+// Send sends a data message: it fills in Sender, counts, logs at
+// PS_VERBOSE=2 and hands it to the resender when enabled.
+func (p *Postoffice) Send(m *message.Message) (int, error) {
+	select {
+	case <-p.stopped:
+		return 0, ErrStopped
+	default:
+	}
+	m.Meta.Sender = p.MyNode().ID
+	n, err := p.tr.Send(m)
+	if err != nil {
+		return n, err
+	}
+	p.stats.MsgsSent.Add(1)
+	p.stats.BytesSent.Add(int64(n))
+	if p.resender != nil {
+		p.resender.addOutgoing(m)
+	}
+	if p.cfg.Verbose >= 2 {
+		p.log.Info("send", "msg", m.Meta.String())
+	}
+	return n, nil
+}
+
+// sendControl stamps a control message with the van timestamp and sends it.
+func (p *Postoffice) sendControl(m *message.Message) error {
+	if m.Meta.Timestamp == message.Empty {
+		m.Meta.Timestamp = p.timestamp.Add(1) - 1
+	}
+	_, err := p.Send(m)
+	return err
+}
+
+// NextTimestamp returns the van-level counter (ps::Van::GetTimestamp).
+func (p *Postoffice) NextTimestamp() int32 { return p.timestamp.Add(1) - 1 }
+
+// Barrier blocks until every node of group has called Barrier
+// (ps::Postoffice::Barrier). One response releases every customer of this
+// process that is waiting, not only customer 0.
+func (p *Postoffice) Barrier(customerID int, group int) error {
+	ids := p.NodeIDs(group)
+	if len(ids) <= 1 {
+		return nil
+	}
+	role := p.cfg.Role
+	if role == message.RoleScheduler && group&message.SchedulerGroup == 0 ||
+		role == message.RoleWorker && group&message.WorkerGroup == 0 ||
+		role == message.RoleServer && group&message.ServerGroup == 0 {
+		return fmt.Errorf("postoffice: a %s cannot join a barrier on group %d, which does not include it", role, group)
+	}
+	ch := make(chan struct{})
+	p.mu.Lock()
+	if old, ok := p.barrierWait[int32(customerID)]; ok {
+		p.mu.Unlock()
+		_ = old
+		return fmt.Errorf("postoffice: customer %d is already in a barrier", customerID)
+	}
+	p.barrierWait[int32(customerID)] = ch
+	p.mu.Unlock()
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = message.SchedulerID
+	m.Meta.Request = true
+	m.Meta.AppID = 0
+	m.Meta.CustomerID = int32(customerID)
+	m.Meta.Control.Cmd = message.CmdBarrier
+	m.Meta.Control.BarrierGroup = int32(group)
+	if err := p.sendControl(m); err != nil {
+		p.mu.Lock()
+		delete(p.barrierWait, int32(customerID))
+		p.mu.Unlock()
+		return fmt.Errorf("postoffice: barrier on group %d: %w", group, err)
+	}
+	select {
+	case <-ch:
+	case <-p.stopped:
+		return ErrStopped
+	}
+	select {
+	case <-p.stopped:
+		return ErrStopped
+	default:
+		return nil
+	}
+}
+
+func (p *Postoffice) releaseBarrier() {
+	p.mu.Lock()
+	for c, ch := range p.barrierWait {
+		close(ch)
+		delete(p.barrierWait, c)
+	}
+	p.mu.Unlock()
+}
+
+// NodeIDs returns the ids of a group (1-7) or of a single node id; nil for
+// an unknown id.
+func (p *Postoffice) NodeIDs(group int) []int32 { return p.groups[group] }
+
+// ServerKeyRanges is ps-lite's GetServerKeyRanges (never changes for a job).
+func (p *Postoffice) ServerKeyRanges() []Range { return p.routing.Ranges() }
+
+// Routing returns the routing table that maps key ranges to servers.
+func (p *Postoffice) Routing() *RoutingTable { return p.routing }
+
+// MyNode returns this node (ID is message.Empty before registration).
+func (p *Postoffice) MyNode() message.Node {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.myNode
+}
+
+// MyRank is the rank of this node.
+func (p *Postoffice) MyRank() int { return message.IDToRank(int(p.MyNode().ID)) }
+
+// Role is this node's role.
+func (p *Postoffice) Role() message.Role { return p.cfg.Role }
+
+// NumWorkers and NumServers are the job's counts.
+func (p *Postoffice) NumWorkers() int { return p.cfg.NumWorkers }
+
+// NumServers is the number of servers.
+func (p *Postoffice) NumServers() int { return p.cfg.NumServers }
+
+// IsRecovery reports whether this node replaced a dead one.
+func (p *Postoffice) IsRecovery() bool { return p.MyNode().IsRecovery }
+
+// Verbose is PS_VERBOSE.
+func (p *Postoffice) Verbose() int { return p.cfg.Verbose }
+
+// Config returns the node's configuration.
+func (p *Postoffice) Config() Config { return p.cfg }
+
+// Logger is the node's logger.
+func (p *Postoffice) Logger() *slog.Logger { return p.log }
+
+// Stats returns the node's counters.
+func (p *Postoffice) Stats() *Stats { return &p.stats }
+
+// Ready is closed once the node is registered and connected.
+func (p *Postoffice) Ready() <-chan struct{} { return p.ready }
+
+// DeadNodes is ps-lite's GetDeadNodes(t): on the scheduler, the servers and
+// workers silent for longer than timeout; elsewhere, the scheduler if it is.
+func (p *Postoffice) DeadNodes(timeout time.Duration) []int32 {
+	select {
+	case <-p.ready:
+	default:
+		return nil
+	}
+	if timeout <= 0 {
+		return nil
+	}
+	now := time.Now()
+	if p.cfg.Role == message.RoleScheduler {
+		var out []int32
+		p.schedCall(func(s *scheduler.State) { out = s.DeadNodes(now, timeout) })
+		return out
+	}
+	if !now.After(p.startTime.Add(timeout)) {
+		return nil
+	}
+	p.hbMu.Lock()
+	last, ok := p.heartbeats[message.SchedulerID]
+	p.hbMu.Unlock()
+	if !ok || now.After(last.Add(timeout)) {
+		return []int32{message.SchedulerID}
+	}
+	return nil
+}
+
+// schedCall runs f on the scheduler state under the node lock; the receive
+// loop takes the same lock for its steps.
+func (p *Postoffice) schedCall(f func(*scheduler.State)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sched != nil {
+		f(p.sched)
+	}
+}
+
+func (p *Postoffice) vlog(level int, msg string, args ...any) {
+	if p.cfg.Verbose >= level {
+		p.log.Info(msg, args...)
+	}
+}
+
+func addrOf(n message.Node) string { return n.Hostname + ":" + strconv.Itoa(int(n.Port)) }
+
+// receiveLoop is the only reader of the transport.
+func (p *Postoffice) receiveLoop() {
+	defer close(p.loopDone)
+	for {
+		m, err := p.tr.Recv()
+		if err != nil {
+			var fe *van.FrameError
+			if errors.As(err, &fe) {
+				p.stats.Malformed.Add(1)
+				p.log.Error("dropped a malformed message; the node keeps serving", "err", err, "malformed_total", p.stats.Malformed.Load())
+				continue
+			}
+			if errors.Is(err, van.ErrClosed) {
+				return
+			}
+			p.log.Error("receive failed; the node stops receiving", "err", err)
+			return
+		}
+		p.stats.MsgsRecv.Add(1)
+		p.stats.BytesRecv.Add(int64(messageBytes(m)))
+		if p.cfg.DropPercent > 0 && p.isReady() && rand.IntN(100) < p.cfg.DropPercent {
+			p.log.Warn("PS_DROP_MSG: dropping", "msg", m.Meta.String())
+			continue
+		}
+		if p.cfg.Verbose >= 2 {
+			p.log.Info("recv", "msg", m.Meta.String())
+		}
+		if p.resender != nil && p.resender.addIncoming(m) {
+			continue
+		}
+		if m.Meta.Control.Cmd == message.CmdTerminate {
+			p.vlog(1, "received TERMINATE", "node", p.MyNode().String())
+			return
+		}
+		p.handle(m)
+	}
+}
+
+func messageBytes(m *message.Message) int {
+	n := 0
+	for _, d := range m.Data {
+		n += len(d)
+	}
+	return n
+}
+
+func (p *Postoffice) isReady() bool {
+	select {
+	case <-p.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *Postoffice) handle(m *message.Message) {
+	switch m.Meta.Control.Cmd {
+	case message.CmdEmpty:
+		p.dispatch(m)
+	case message.CmdAddNode:
+		if p.cfg.Role == message.RoleScheduler {
+			p.schedulerAddNode(m)
+		} else {
+			p.nodeAddNode(m)
+		}
+	case message.CmdBarrier:
+		if m.Meta.Request {
+			if p.cfg.Role != message.RoleScheduler {
+				p.reject(fmt.Errorf("BARRIER request from node %d reached a %s; only the scheduler counts barriers", m.Meta.Sender, p.cfg.Role))
+				return
+			}
+			var a scheduler.Actions
+			p.schedCall(func(s *scheduler.State) {
+				a = s.Barrier(m.Meta.Sender, m.Meta.AppID, m.Meta.CustomerID, m.Meta.Control.BarrierGroup)
+			})
+			p.apply(a)
+		} else {
+			p.releaseBarrier()
+		}
+	case message.CmdHeartbeat:
+		now := time.Now()
+		if p.cfg.Role == message.RoleScheduler {
+			if m.Meta.Sender == message.Empty {
+				p.reject(errors.New("HEARTBEAT from an unregistered node"))
+				return
+			}
+			var a scheduler.Actions
+			p.schedCall(func(s *scheduler.State) { a = s.Heartbeat(now, m.Meta.Sender) })
+			p.apply(a)
+		} else {
+			p.hbMu.Lock()
+			p.heartbeats[message.SchedulerID] = now
+			p.hbMu.Unlock()
+		}
+	case message.CmdAck:
+		// handled by the resender; an ACK without a resender is harmless
+	default:
+		p.reject(fmt.Errorf("unknown control command %d from node %d", m.Meta.Control.Cmd, m.Meta.Sender))
+	}
+}
+
+func (p *Postoffice) reject(err error) {
+	p.stats.Rejected.Add(1)
+	p.log.Error("rejected a control message; the node keeps serving", "err", err)
+}
+
+// apply carries out the scheduler's actions: connect first, then send.
+func (p *Postoffice) apply(a scheduler.Actions) {
+	for _, e := range a.Events {
+		p.vlog(1, e)
+	}
+	for _, err := range a.Errors {
+		p.reject(err)
+	}
+	for _, n := range a.Connect {
+		if err := p.tr.Connect(n, message.SchedulerID); err != nil {
+			p.log.Error("scheduler cannot connect to node", "node", n.String(), "err", err)
+			continue
+		}
+		p.mu.Lock()
+		p.connected[addrOf(n)] = n.ID
+		p.mu.Unlock()
+		p.hbMu.Lock()
+		p.heartbeats[n.ID] = time.Now()
+		p.hbMu.Unlock()
+	}
+	for _, m := range a.Send {
+		if err := p.sendControl(m); err != nil {
+			p.log.Error("scheduler cannot send", "to", m.Meta.Recver, "cmd", m.Meta.Control.Cmd.String(), "err", err)
+		}
+	}
+	if a.Ready {
+		p.markReady()
+	}
+}
+
+func (p *Postoffice) markReady() {
+	p.readyOnce.Do(func() {
+		close(p.ready)
+		p.vlog(1, "node is ready", "node", p.MyNode().String())
+	})
+}
+
+func (p *Postoffice) schedulerAddNode(m *message.Message) {
+	if len(m.Meta.Control.Nodes) != 1 {
+		p.reject(fmt.Errorf("ADD_NODE from node %d carries %d nodes; a registration carries exactly 1", m.Meta.Sender, len(m.Meta.Control.Nodes)))
+		return
+	}
+	var a scheduler.Actions
+	now := time.Now()
+	p.schedCall(func(s *scheduler.State) { a = s.AddNode(now, m.Meta.Sender, m.Meta.Control.Nodes[0]) })
+	p.apply(a)
+}
+
+// nodeAddNode handles the scheduler's node list on a server or worker.
+func (p *Postoffice) nodeAddNode(m *message.Message) {
+	if m.Meta.Sender != message.SchedulerID {
+		p.reject(fmt.Errorf("ADD_NODE node list from node %d; only the scheduler (id 1) sends node lists", m.Meta.Sender))
+		return
+	}
+	p.mu.Lock()
+	for _, n := range m.Meta.Control.Nodes {
+		if n.Hostname == p.myNode.Hostname && n.Port == p.myNode.Port {
+			if p.myNode.ID == message.Empty || n.IsRecovery {
+				p.myNode = n
+			}
+		}
+	}
+	me := p.myNode
+	var toConnect []message.Node
+	for _, n := range m.Meta.Control.Nodes {
+		a := addrOf(n)
+		if _, ok := p.connected[a]; !ok {
+			p.connected[a] = n.ID
+			toConnect = append(toConnect, n)
+		}
+		if !n.IsRecovery && n.Role == message.RoleServer {
+			p.numSeen[0]++
+		}
+		if !n.IsRecovery && n.Role == message.RoleWorker {
+			p.numSeen[1]++
+		}
+	}
+	p.mu.Unlock()
+	if me.ID == message.Empty {
+		p.reject(fmt.Errorf("ADD_NODE node list does not contain this node (%s:%d)", me.Hostname, me.Port))
+		return
+	}
+	for _, n := range toConnect {
+		// Workers never talk to workers, nor servers to servers.
+		if n.Role == me.Role && n.ID != me.ID {
+			continue
+		}
+		if err := p.tr.Connect(n, me.ID); err != nil {
+			p.log.Error("cannot connect to peer", "peer", n.String(), "err", err)
+			continue
+		}
+		p.vlog(1, "connected", "peer", n.String())
+	}
+	if p.isReady() {
+		p.vlog(1, "peer list updated (recovery)", "nodes", fmt.Sprint(m.Meta.Control.Nodes))
+		return
+	}
+	p.hbMu.Lock()
+	p.heartbeats[message.SchedulerID] = time.Now()
+	p.hbMu.Unlock()
+	p.vlog(1, "node is connected to others", "node", me.String())
+	p.markReady()
+}
+
+// dispatch hands a data message to its customer. Workers route by
+// (app_id, customer_id); servers and the scheduler by (app_id, app_id).
+func (p *Postoffice) dispatch(m *message.Message) {
+	if m.Meta.AppID == message.Empty || m.Meta.Sender == message.Empty {
+		p.stats.Dropped.Add(1)
+		p.log.Error("dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
+		return
+	}
+	cid := m.Meta.AppID
+	if p.cfg.Role == message.RoleWorker {
+		cid = m.Meta.CustomerID
+	}
+	k := customerKey{m.Meta.AppID, cid}
+	p.mu.Lock()
+	c, ok := p.customers[k]
+	if !ok {
+		// Not blocking the receive loop: park it until the customer
+		// registers or CustomerWait passes.
+		p.parked[k] = append(p.parked[k], parked{msg: m, deadline: time.Now().Add(p.cfg.CustomerWait)})
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	c.Accept(m)
+}
+
+// parkedLoop drops parked messages whose customer never appeared.
+func (p *Postoffice) parkedLoop() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopped:
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			for k, list := range p.parked {
+				keep := list[:0]
+				for _, pm := range list {
+					if now.After(pm.deadline) {
+						p.stats.Dropped.Add(1)
+						p.log.Error("dropped a message: no customer registered for it", "app_id", k.app, "customer_id", k.customer, "waited", p.cfg.CustomerWait, "msg", pm.msg.Meta.String())
+						continue
+					}
+					keep = append(keep, pm)
+				}
+				if len(keep) == 0 {
+					delete(p.parked, k)
+				} else {
+					p.parked[k] = keep
+				}
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *Postoffice) startHeartbeat() {
+	if p.cfg.Role == message.RoleScheduler || p.cfg.HeartbeatInterval <= 0 {
+		return
+	}
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	if p.hbDone == nil {
+		return
+	}
+	done := p.hbDone
+	p.hbDone = nil
+	go func() {
+		defer close(done)
+		t := time.NewTicker(p.cfg.HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stopped:
+				return
+			case <-t.C:
+				m := &message.Message{Meta: message.NewMeta()}
+				m.Meta.Recver = message.SchedulerID
+				m.Meta.Control.Cmd = message.CmdHeartbeat
+				m.Meta.Control.Nodes = []message.Node{p.MyNode()}
+				if err := p.sendControl(m); err != nil && !errors.Is(err, ErrStopped) {
+					p.log.Warn("heartbeat not sent", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// GroupContains reports whether id is in group.
+func (p *Postoffice) GroupContains(group int, id int32) bool {
+	return slices.Contains(p.groups[group], id)
+}

@@ -1,0 +1,325 @@
+// Package scheduler is the scheduler role's protocol logic: registration and
+// rank assignment, barrier counting, heartbeats, dead-node detection and the
+// recovery of restarted nodes. It does no IO and reads no clock: the caller
+// feeds it received control messages with the current time and carries out
+// the returned Actions (connect, then send), in order.
+package scheduler
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+)
+
+// Config of the scheduler state machine.
+type Config struct {
+	NumServers, NumWorkers int
+	// Self is the scheduler's own node (id 1); it is appended last to the
+	// node list sent to everyone, as ps-lite does.
+	Self message.Node
+	// HeartbeatTimeout: a node silent for this long is dead; 0 = never.
+	HeartbeatTimeout time.Duration
+}
+
+// Actions are what the caller must do after a Step, in this order: open
+// Connect (replacing any previous path to that id), then send Send.
+// Messages in Send have Recver set and Timestamp left to the caller's van
+// counter (message.Empty).
+type Actions struct {
+	Connect []message.Node
+	Send    []*message.Message
+	// Ready is set once, when all expected nodes have registered.
+	Ready bool
+	// Events are human-readable notes for PS_VERBOSE=1 logging.
+	Events []string
+	// Errors are rejected inputs (logged and counted by the caller).
+	Errors []error
+}
+
+// State is the scheduler's state.
+type State struct {
+	cfg        Config
+	start      time.Time
+	pending    []message.Node // registrations before the job is complete
+	nodes      []message.Node // full node list once ready, scheduler last
+	ready      bool
+	byAddr     map[string]int32 // host:port -> id
+	shared     map[int32]int32  // alias id -> real id (multi-customer processes)
+	heartbeats map[int32]time.Time
+	barrier    map[int]int // group -> count
+	groups     map[int][]int32
+}
+
+// New returns the state at time now.
+func New(cfg Config, now time.Time) *State {
+	s := &State{
+		cfg:        cfg,
+		start:      now,
+		byAddr:     map[string]int32{},
+		shared:     map[int32]int32{},
+		heartbeats: map[int32]time.Time{},
+		barrier:    map[int]int{},
+		groups:     Groups(cfg.NumServers, cfg.NumWorkers),
+	}
+	return s
+}
+
+// Groups returns the ids of each node group 1..7 and of each single id, in
+// ps-lite's order: workers by rank, then servers, then the scheduler.
+func Groups(numServers, numWorkers int) map[int][]int32 {
+	g := map[int][]int32{}
+	for r := range numWorkers {
+		id := int32(message.WorkerRankToID(r))
+		g[int(id)] = []int32{id}
+		for _, grp := range []int{4, 6, 5, 7} {
+			g[grp] = append(g[grp], id)
+		}
+	}
+	for r := range numServers {
+		id := int32(message.ServerRankToID(r))
+		g[int(id)] = []int32{id}
+		for _, grp := range []int{2, 6, 3, 7} {
+			g[grp] = append(g[grp], id)
+		}
+	}
+	for _, grp := range []int{1, 7, 5, 3} {
+		g[grp] = append(g[grp], message.SchedulerID)
+	}
+	for grp := 1; grp <= 7; grp++ {
+		if g[grp] == nil {
+			g[grp] = []int32{}
+		}
+	}
+	return g
+}
+
+// Ready reports whether every expected node has registered.
+func (s *State) Ready() bool { return s.ready }
+
+// Nodes returns the node list (scheduler last) once ready.
+func (s *State) Nodes() []message.Node { return slices.Clone(s.nodes) }
+
+// IsAlias reports whether id is a second customer's alias of another id
+// (ps-lite's shared_node_mapping_): nothing is sent to aliases.
+func (s *State) IsAlias(id int32) bool { _, ok := s.shared[id]; return ok }
+
+func addrKey(n message.Node) string { return n.Hostname + ":" + strconv.Itoa(int(n.Port)) }
+
+// rankOrder is ps-lite's rank comparator: hostnames descending, then ports
+// ascending. (ps-lite writes it as (a.host.compare(b.host) | (a.port <
+// b.port)) > 0; it orders the same way.) Keeping it makes a mixed job of Go
+// and C++ nodes agree on ranks with either scheduler.
+func rankOrder(a, b message.Node) int {
+	if c := cmp.Compare(a.Hostname, b.Hostname); c != 0 {
+		return -c
+	}
+	return cmp.Compare(a.Port, b.Port)
+}
+
+// AddNode handles an ADD_NODE request from sender (message.Empty for an
+// unregistered node) carrying node.
+func (s *State) AddNode(now time.Time, sender int32, node message.Node) Actions {
+	var a Actions
+	if sender != message.Empty {
+		// A registered node re-announcing itself: ps-lite only updates its
+		// own id from such lists; the scheduler has nothing to do.
+		a.Events = append(a.Events, fmt.Sprintf("ignoring ADD_NODE from registered node %d", sender))
+		return a
+	}
+	if node.Role != message.RoleServer && node.Role != message.RoleWorker {
+		a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s:%d has role %s: only servers and workers register", node.Hostname, node.Port, node.Role))
+		return a
+	}
+	if !s.ready {
+		if node.Role == message.RoleServer && s.count(message.RoleServer) >= s.cfg.NumServers ||
+			node.Role == message.RoleWorker && s.count(message.RoleWorker) >= s.cfg.NumWorkers {
+			a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s %s:%d rejected: all %d %ss have already registered; check DMLC_NUM_SERVER/DMLC_NUM_WORKER", node.Role, node.Hostname, node.Port, s.expected(node.Role), node.Role))
+			return a
+		}
+		node.ID = message.Empty
+		s.pending = append(s.pending, node)
+		a.Events = append(a.Events, fmt.Sprintf("registered %s (%d/%d)", node, len(s.pending), s.cfg.NumServers+s.cfg.NumWorkers))
+		if len(s.pending) == s.cfg.NumServers+s.cfg.NumWorkers {
+			s.complete(now, &a)
+		}
+		return a
+	}
+	s.recover(now, node, &a)
+	return a
+}
+
+func (s *State) expected(r message.Role) int {
+	if r == message.RoleServer {
+		return s.cfg.NumServers
+	}
+	return s.cfg.NumWorkers
+}
+
+func (s *State) count(r message.Role) int {
+	n := 0
+	for _, p := range s.pending {
+		if p.Role == r {
+			n++
+		}
+	}
+	return n
+}
+
+// complete assigns ids and tells everyone the node list.
+func (s *State) complete(now time.Time, a *Actions) {
+	nodes := s.pending
+	s.pending = nil
+	slices.SortStableFunc(nodes, rankOrder)
+	numServers, numWorkers := 0, 0
+	for i := range nodes {
+		n := &nodes[i]
+		var id int32
+		if n.Role == message.RoleServer {
+			id = int32(message.ServerRankToID(numServers))
+			numServers++
+		} else {
+			id = int32(message.WorkerRankToID(numWorkers))
+			numWorkers++
+		}
+		key := addrKey(*n)
+		if existing, ok := s.byAddr[key]; ok {
+			// A second customer of the same process: same id, and the rank
+			// it consumed becomes an alias.
+			s.shared[id] = existing
+			n.ID = existing
+			a.Events = append(a.Events, fmt.Sprintf("node %s shares id %d (alias %d)", key, existing, id))
+			continue
+		}
+		n.ID = id
+		s.byAddr[key] = id
+		s.heartbeats[id] = now
+		a.Connect = append(a.Connect, *n)
+		a.Events = append(a.Events, fmt.Sprintf("assign id %d (rank %d) to %s", id, message.IDToRank(int(id)), key))
+	}
+	nodes = append(nodes, s.cfg.Self)
+	s.nodes = nodes
+	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
+		if s.IsAlias(id) {
+			continue
+		}
+		a.Send = append(a.Send, s.nodeList(id, nodes))
+	}
+	s.ready = true
+	a.Ready = true
+	a.Events = append(a.Events, fmt.Sprintf("the scheduler is connected to %d workers and %d servers", numWorkers, numServers))
+}
+
+func (s *State) nodeList(recver int32, nodes []message.Node) *message.Message {
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = recver
+	m.Meta.Control.Cmd = message.CmdAddNode
+	m.Meta.Control.Nodes = slices.Clone(nodes)
+	return m
+}
+
+// recover handles a registration after the job is complete: the node takes
+// over the id of a dead node of the same role.
+func (s *State) recover(now time.Time, node message.Node, a *Actions) {
+	dead := s.DeadNodes(now, s.cfg.HeartbeatTimeout)
+	deadSet := map[int32]bool{}
+	for _, id := range dead {
+		deadSet[id] = true
+	}
+	idx := -1
+	for i, n := range s.nodes[:len(s.nodes)-1] {
+		if n.Role == node.Role && deadSet[n.ID] && !s.IsAlias(n.ID) {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s %s:%d after the job started, but no %s is dead to replace (a restarted node is recognised only with PS_HEARTBEAT_INTERVAL and PS_HEARTBEAT_TIMEOUT set, after the timeout)", node.Role, node.Hostname, node.Port, node.Role))
+		return
+	}
+	old := s.nodes[idx]
+	node.ID = old.ID
+	node.IsRecovery = true
+	delete(s.byAddr, addrKey(old))
+	s.byAddr[addrKey(node)] = node.ID
+	s.nodes[idx] = node
+	s.heartbeats[node.ID] = now
+	a.Connect = append(a.Connect, node)
+	a.Events = append(a.Events, fmt.Sprintf("replace dead node %s by %s", old, node))
+	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
+		if id != node.ID && deadSet[id] {
+			continue // nothing is sent to dead nodes
+		}
+		if s.IsAlias(id) {
+			continue
+		}
+		if id == node.ID {
+			a.Send = append(a.Send, s.nodeList(id, s.nodes))
+		} else {
+			a.Send = append(a.Send, s.nodeList(id, []message.Node{node}))
+		}
+	}
+}
+
+// Barrier handles a BARRIER request from sender for group. When every member
+// has arrived, a response goes to each (non-alias) member.
+func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Actions {
+	var a Actions
+	members, ok := s.groups[int(group)]
+	if !ok || group < 1 || group > 7 {
+		a.Errors = append(a.Errors, fmt.Errorf("BARRIER from node %d names group %d: valid groups are 1-7", sender, group))
+		return a
+	}
+	s.barrier[int(group)]++
+	a.Events = append(a.Events, fmt.Sprintf("barrier count for group %d: %d/%d", group, s.barrier[int(group)], len(members)))
+	if s.barrier[int(group)] < len(members) {
+		return a
+	}
+	s.barrier[int(group)] = 0
+	for _, id := range members {
+		if s.IsAlias(id) {
+			continue
+		}
+		m := &message.Message{Meta: message.NewMeta()}
+		m.Meta.Recver = id
+		m.Meta.AppID = appID
+		m.Meta.CustomerID = customerID
+		m.Meta.Control.Cmd = message.CmdBarrier
+		// ps-lite sends uninitialised memory here; we send the group.
+		m.Meta.Control.BarrierGroup = group
+		a.Send = append(a.Send, m)
+	}
+	return a
+}
+
+// Heartbeat records a heartbeat from node id and answers it.
+func (s *State) Heartbeat(now time.Time, id int32) Actions {
+	s.heartbeats[id] = now
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = id
+	m.Meta.Control.Cmd = message.CmdHeartbeat
+	m.Meta.Control.Nodes = []message.Node{s.cfg.Self}
+	return Actions{Send: []*message.Message{m}}
+}
+
+// DeadNodes lists the servers and workers silent for longer than timeout
+// (none when timeout is 0 or before the job is complete), as GetDeadNodes.
+func (s *State) DeadNodes(now time.Time, timeout time.Duration) []int32 {
+	if !s.ready || timeout <= 0 || !now.After(s.start.Add(timeout)) {
+		return nil
+	}
+	var dead []int32
+	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
+		last, ok := s.heartbeats[id]
+		if s.IsAlias(id) {
+			continue
+		}
+		if !ok || now.After(last.Add(timeout)) {
+			dead = append(dead, id)
+		}
+	}
+	return dead
+}
