@@ -1,3 +1,10 @@
 module github.com/elasticps/elasticps
 
 go 1.26
+
+require (
+	github.com/pebbe/zmq4 v1.4.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
