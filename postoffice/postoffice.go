@@ -58,6 +58,7 @@ type Postoffice struct {
 	startTime  time.Time
 	timestamp  atomic.Int32
 	numStarted atomic.Int32 // customers that called Start
+	myID       atomic.Int32 // myNode.ID, read on the send path without the lock
 
 	mu        sync.Mutex
 	myNode    message.Node
@@ -116,7 +117,9 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		routing:     NewIdentityRouting(cfg.NumServers),
 	}
 	p.myNode = message.NewNode(cfg.Role)
+	p.myID.Store(message.Empty)
 	if cfg.Role == message.RoleScheduler {
+		p.myID.Store(message.SchedulerID)
 		p.myNode.ID = message.SchedulerID
 		p.myNode.Hostname = cfg.SchedulerHost
 		p.myNode.Port = int32(cfg.SchedulerPort)
@@ -311,13 +314,15 @@ func (p *Postoffice) AddCustomer(appID, customerID int, c Customer) error {
 		p.mu.Unlock()
 		return fmt.Errorf("postoffice: customer %d of app %d already exists: use a distinct customer id per KVWorker/SimpleApp", customerID, appID)
 	}
-	p.customers[k] = c
-	early := p.parked[k]
-	delete(p.parked, k)
-	p.mu.Unlock()
-	for _, pm := range early {
+	// Parked messages go first, under the lock, so that a newer message the
+	// receive loop dispatches right after cannot overtake them (Accept does
+	// not block).
+	for _, pm := range p.parked[k] {
 		c.Accept(pm.msg)
 	}
+	delete(p.parked, k)
+	p.customers[k] = c
+	p.mu.Unlock()
 	return nil
 }
 
@@ -336,7 +341,7 @@ func (p *Postoffice) Send(m *message.Message) (int, error) {
 		return 0, ErrStopped
 	default:
 	}
-	m.Meta.Sender = p.MyNode().ID
+	m.Meta.Sender = p.myID.Load()
 	n, err := p.tr.Send(m)
 	if err != nil {
 		return n, err
@@ -681,6 +686,7 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		if n.Hostname == p.myNode.Hostname && n.Port == p.myNode.Port {
 			if p.myNode.ID == message.Empty || n.IsRecovery {
 				p.myNode = n
+				p.myID.Store(n.ID)
 			}
 		}
 	}

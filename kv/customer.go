@@ -1,0 +1,386 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// ErrClosed is returned by operations on a closed Customer (and the apps
+// built on it).
+var ErrClosed = errors.New("kv: customer is closed")
+
+// maxFailed bounds how many failed requests keep their error for a later
+// Wait. Successful requests are forgotten as soon as they complete; failed
+// ones are kept so that the usual pattern (issue, do other work, Wait) still
+// sees the error, but a program that never waits must not grow without limit.
+const maxFailed = 4096
+
+// handler processes one message in the customer goroutine. localErr is
+// non-nil for a response synthesised locally because the request could not
+// be sent. The result says whether the message counts as a response for the
+// tracker (a duplicate or unexpected response does not).
+type handler func(m *message.Message, localErr error) bool
+
+// Customer is one (app id, customer id) endpoint of a node, as ps::Customer:
+// it receives the node's data messages for that pair in a queue drained by
+// one goroutine that calls the owner's handler, and it tracks outstanding
+// requests by timestamp.
+//
+// The queue is ordered by Meta.Priority (higher first) and, unlike ps-lite,
+// is FIFO among equal priorities, so messages from one sender are handled in
+// the order they were sent unless priorities say otherwise.
+type Customer struct {
+	po         *postoffice.Postoffice
+	appID      int32
+	customerID int32
+	handle     handler
+
+	qmu    sync.Mutex
+	queue  msgQueue
+	wake   chan struct{} // capacity 1: "the queue may be non-empty"
+	quit   chan struct{} // closed by Close
+	exited chan struct{} // closed when the goroutine returns
+	once   sync.Once
+
+	tmu     sync.Mutex
+	pending map[int32]*request // outstanding requests only
+	failed  map[int32]error    // completed with an error, until evicted
+	order   []int32            // failed keys, oldest first (eviction order)
+	next    int32              // next timestamp
+	wrapped bool               // next has wrapped around at least once
+}
+
+// request is the tracker entry of one outstanding request.
+type request struct {
+	expected, got int
+	done          chan struct{} // made on the first Wait; closed on completion
+	err           error
+	state         any // owner's per-request state (the Worker's op)
+}
+
+// NewCustomer registers a customer for (appID, customerID) with po and
+// starts its goroutine, which calls handle for every message, one at a time.
+// For every response (Meta.Request false) the tracker entry of
+// Meta.Timestamp is incremented after handle returns, so that whatever
+// handle does (callbacks, copying pulled data) happens before Wait returns.
+func NewCustomer(po *postoffice.Postoffice, appID, customerID int, handle func(*message.Message)) (*Customer, error) {
+	if handle == nil {
+		return nil, errors.New("kv: NewCustomer needs a handler")
+	}
+	return newCustomer(po, appID, customerID, func(m *message.Message, localErr error) bool {
+		if localErr == nil {
+			handle(m)
+		}
+		return true
+	})
+}
+
+func newCustomer(po *postoffice.Postoffice, appID, customerID int, h handler) (*Customer, error) {
+	if po == nil {
+		return nil, errors.New("kv: nil postoffice")
+	}
+	if appID < 0 || appID > math.MaxInt32-1 || customerID < 0 || customerID > math.MaxInt32-1 {
+		return nil, fmt.Errorf("kv: app id %d / customer id %d out of range", appID, customerID)
+	}
+	c := &Customer{
+		po:         po,
+		appID:      int32(appID),
+		customerID: int32(customerID),
+		handle:     h,
+		wake:       make(chan struct{}, 1),
+		quit:       make(chan struct{}),
+		exited:     make(chan struct{}),
+		pending:    map[int32]*request{},
+		failed:     map[int32]error{},
+	}
+	// The goroutine must run before AddCustomer, which hands over the
+	// messages that arrived early.
+	go c.run()
+	if err := po.AddCustomer(appID, customerID, c); err != nil {
+		close(c.quit)
+		<-c.exited
+		return nil, err
+	}
+	return c, nil
+}
+
+// AppID is the customer's app id.
+func (c *Customer) AppID() int { return int(c.appID) }
+
+// CustomerID is the customer's id within its app.
+func (c *Customer) CustomerID() int { return int(c.customerID) }
+
+// Accept queues msg for the customer goroutine. It never blocks; it is
+// called by the postoffice's receive loop.
+func (c *Customer) Accept(msg *message.Message) { c.enqueue(msg, nil) }
+
+func (c *Customer) enqueue(m *message.Message, localErr error) {
+	c.qmu.Lock()
+	c.queue.push(m, localErr)
+	c.qmu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Close unregisters the customer and stops its goroutine after the message
+// being handled, if any; queued messages are dropped and blocked Waits
+// return ErrClosed. It must not be called from the customer's own handler.
+func (c *Customer) Close() {
+	c.once.Do(func() {
+		c.po.RemoveCustomer(int(c.appID), int(c.customerID))
+		close(c.quit)
+		<-c.exited
+		c.qmu.Lock()
+		c.queue = msgQueue{}
+		c.qmu.Unlock()
+	})
+}
+
+func (c *Customer) run() {
+	defer close(c.exited)
+	for {
+		c.qmu.Lock()
+		it, ok := c.queue.pop()
+		c.qmu.Unlock()
+		if !ok {
+			select {
+			case <-c.wake:
+				continue
+			case <-c.quit:
+				return
+			}
+		}
+		select {
+		case <-c.quit:
+			return
+		default:
+		}
+		if c.handle(it.m, it.localErr) && !it.m.Meta.Request {
+			c.AddResponse(it.m.Meta.Timestamp, 1)
+		}
+	}
+}
+
+// NewRequest starts tracking a request sent to every node of group (a group
+// id 1-7 or a node id) and returns its timestamp: 0, 1, 2, ... per customer.
+func (c *Customer) NewRequest(group int) int32 {
+	return c.newRequest(len(c.po.NodeIDs(group)), 0, nil)
+}
+
+// newRequest tracks a request that expects `expected` responses of which
+// `got` are already accounted for (servers that were skipped). A request
+// that needs nothing more is complete at once.
+func (c *Customer) newRequest(expected, got int, state any) int32 {
+	return c.track(&request{expected: expected, got: got, state: state})
+}
+
+// track starts tracking r (with expected, got and state set) and returns
+// its timestamp. Owners embed r in their own per-request state to save an
+// allocation.
+func (c *Customer) track(r *request) int32 {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	ts := c.next
+	for {
+		// Skip Meta's kEmpty (MaxInt32) and, after wrap-around, any
+		// timestamp that is somehow still outstanding.
+		c.next++
+		if c.next == message.Empty {
+			c.next = 0
+			c.wrapped = true
+		}
+		if _, busy := c.pending[ts]; !busy {
+			break
+		}
+		ts = c.next
+	}
+	delete(c.failed, ts) // a stale error from a previous lap
+	if r.got < r.expected {
+		c.pending[ts] = r
+	}
+	return ts
+}
+
+// newCompleted returns the timestamp of a request that completed without
+// sending anything, with its outcome.
+func (c *Customer) newCompleted(err error) int32 {
+	ts := c.newRequest(0, 0, nil)
+	if err != nil {
+		c.tmu.Lock()
+		c.recordFailure(ts, err)
+		c.tmu.Unlock()
+	}
+	return ts
+}
+
+// lookup returns the owner state of an outstanding request and whether the
+// next counted response is its last one.
+func (c *Customer) lookup(ts int32) (state any, last, ok bool) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	r, ok := c.pending[ts]
+	if !ok {
+		return nil, false, false
+	}
+	return r.state, r.got+1 >= r.expected, true
+}
+
+// fail records err as the outcome of request ts (the first error wins).
+func (c *Customer) fail(ts int32, err error) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	if r, ok := c.pending[ts]; ok && r.err == nil {
+		r.err = err
+	}
+}
+
+// AddResponse counts n responses for request ts (ps-lite uses it for
+// servers a request skipped). Unknown or completed timestamps are ignored.
+func (c *Customer) AddResponse(ts int32, n int) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	r, ok := c.pending[ts]
+	if !ok {
+		return
+	}
+	r.got += n
+	if r.got < r.expected {
+		return
+	}
+	delete(c.pending, ts)
+	if r.err != nil {
+		c.recordFailure(ts, r.err)
+	}
+	if r.done != nil {
+		close(r.done)
+	}
+}
+
+// recordFailure keeps err for a later Wait(ts); c.tmu must be held.
+func (c *Customer) recordFailure(ts int32, err error) {
+	if len(c.order) >= maxFailed {
+		delete(c.failed, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.failed[ts] = err
+	c.order = append(c.order, ts)
+}
+
+// NumResponse returns how many responses request ts has received so far,
+// or -1 once it has completed (completed requests are not kept).
+func (c *Customer) NumResponse(ts int32) int {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	if r, ok := c.pending[ts]; ok {
+		return r.got
+	}
+	return -1
+}
+
+// Wait blocks until request ts has received all its responses and the
+// handler has run for each of them. It returns the request's error, if any,
+// postoffice.ErrStopped if the node stops first, or ErrClosed if the
+// customer is closed. Waiting on a completed request returns at once.
+func (c *Customer) Wait(ts int32) error {
+	c.tmu.Lock()
+	r, ok := c.pending[ts]
+	if !ok {
+		err, failed := c.failed[ts]
+		never := ts < 0 || ts == message.Empty || (!c.wrapped && ts >= c.next)
+		c.tmu.Unlock()
+		if failed {
+			return err
+		}
+		if never {
+			return fmt.Errorf("kv: Wait(%d): no request with this timestamp was issued", ts)
+		}
+		return nil
+	}
+	if r.done == nil {
+		r.done = make(chan struct{})
+	}
+	done := r.done
+	c.tmu.Unlock()
+	select {
+	case <-done:
+		// r.err was written before done was closed, under tmu.
+		return r.err
+	case <-c.po.Done():
+		return postoffice.ErrStopped
+	case <-c.quit:
+		return ErrClosed
+	}
+}
+
+// msgQueue is a binary heap of messages: higher Meta.Priority first, FIFO
+// (by arrival sequence) among equal priorities.
+type msgQueue struct {
+	items []queued
+	seq   uint64
+}
+
+type queued struct {
+	m        *message.Message
+	localErr error
+	prio     int32
+	seq      uint64
+}
+
+func (a *queued) before(b *queued) bool {
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	return a.seq < b.seq
+}
+
+func (q *msgQueue) push(m *message.Message, localErr error) {
+	q.items = append(q.items, queued{m: m, localErr: localErr, prio: m.Meta.Priority, seq: q.seq})
+	q.seq++
+	// sift up
+	i := len(q.items) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !q.items[i].before(&q.items[p]) {
+			break
+		}
+		q.items[i], q.items[p] = q.items[p], q.items[i]
+		i = p
+	}
+}
+
+func (q *msgQueue) pop() (queued, bool) {
+	n := len(q.items)
+	if n == 0 {
+		return queued{}, false
+	}
+	top := q.items[0]
+	n--
+	q.items[0] = q.items[n]
+	q.items[n] = queued{} // drop the reference for the GC
+	q.items = q.items[:n]
+	// sift down
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		c := l
+		if r := l + 1; r < n && q.items[r].before(&q.items[l]) {
+			c = r
+		}
+		if !q.items[c].before(&q.items[i]) {
+			break
+		}
+		q.items[i], q.items[c] = q.items[c], q.items[i]
+		i = c
+	}
+	return top, true
+}

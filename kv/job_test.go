@@ -1,0 +1,196 @@
+package kv
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/van/zmq"
+)
+
+// job is a whole ps-lite job (scheduler, servers, workers) running in this
+// test process over real ZeroMQ sockets on 127.0.0.1.
+type job struct {
+	t       testing.TB
+	sched   *postoffice.Postoffice
+	servers []*postoffice.Postoffice
+	workers []*postoffice.Postoffice
+}
+
+// jobOptions tweak startJob.
+type jobOptions struct {
+	// customersPerWorker > 1 starts each worker node with that many
+	// customers (Start(0), Start(1), ... from separate goroutines); the job
+	// is then configured with numWorkers*customersPerWorker workers, as
+	// ps-lite counts registrations.
+	customersPerWorker int
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("KV_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startJob starts a scheduler, numServers servers and numWorkers worker
+// nodes and returns once every node is ready. Cleanup stops them all.
+func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
+	t.Helper()
+	per := max(opt.customersPerWorker, 1)
+	base := postoffice.Config{
+		NumWorkers:    numWorkers * per,
+		NumServers:    numServers,
+		SchedulerHost: "127.0.0.1",
+		SchedulerPort: freePort(t),
+		NodeHost:      "127.0.0.1",
+		Logger:        testLogger(),
+	}
+	newNode := func(role message.Role) *postoffice.Postoffice {
+		t.Helper()
+		tr, err := zmq.New(zmq.Config{Logger: base.Logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := base
+		cfg.Role = role
+		po, err := postoffice.New(cfg, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return po
+	}
+	j := &job{t: t, sched: newNode(message.RoleScheduler)}
+	for range numServers {
+		j.servers = append(j.servers, newNode(message.RoleServer))
+	}
+	for range numWorkers {
+		j.workers = append(j.workers, newNode(message.RoleWorker))
+	}
+	t.Cleanup(j.stop)
+
+	type startCall struct {
+		po       *postoffice.Postoffice
+		customer int
+	}
+	calls := []startCall{{j.sched, 0}}
+	for _, s := range j.servers {
+		calls = append(calls, startCall{s, 0})
+	}
+	for _, w := range j.workers {
+		for c := range per {
+			calls = append(calls, startCall{w, c})
+		}
+	}
+	errs := make(chan error, len(calls))
+	for _, c := range calls {
+		go func() {
+			if err := c.po.Start(c.customer); err != nil {
+				errs <- fmt.Errorf("%s customer %d: %w", c.po.Role(), c.customer, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	timeout := time.After(30 * time.Second)
+	for range calls {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatal("job did not start within 30s")
+		}
+	}
+	return j
+}
+
+func (j *job) all() []*postoffice.Postoffice {
+	out := append([]*postoffice.Postoffice{}, j.workers...)
+	out = append(out, j.servers...)
+	return append(out, j.sched)
+}
+
+func (j *job) stop() {
+	var wg sync.WaitGroup
+	for _, po := range j.all() {
+		wg.Go(po.Stop)
+	}
+	wg.Wait()
+}
+
+// startDefaultServers installs a DefaultHandler on every server for app 0.
+func (j *job) startDefaultServers() []*DefaultHandler {
+	j.t.Helper()
+	var hs []*DefaultHandler
+	for _, po := range j.servers {
+		srv, err := NewServer(po, 0)
+		if err != nil {
+			j.t.Fatal(err)
+		}
+		j.t.Cleanup(srv.Close)
+		h := NewDefaultHandler()
+		srv.SetRequestHandler(h.Handle)
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// startServers installs handler h on every server for app 0.
+func (j *job) startServers(h ServerHandler) []*Server {
+	j.t.Helper()
+	var out []*Server
+	for _, po := range j.servers {
+		srv, err := NewServer(po, 0)
+		if err != nil {
+			j.t.Fatal(err)
+		}
+		j.t.Cleanup(srv.Close)
+		srv.SetRequestHandler(h)
+		out = append(out, srv)
+	}
+	return out
+}
+
+func (j *job) newWorker(i, customer int) *Worker {
+	j.t.Helper()
+	w, err := NewWorker(j.workers[i], 0, customer)
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	j.t.Cleanup(w.Close)
+	return w
+}
+
+// waitTimeout fails the test if wait does not return within d (so a lost
+// response shows up as a failure, not a hung test binary).
+func waitTimeout(t testing.TB, d time.Duration, what string, wait func() error) error {
+	t.Helper()
+	ch := make(chan error, 1)
+	go func() { ch <- wait() }()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s: no completion within %v", what, d)
+		return nil
+	}
+}

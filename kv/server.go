@@ -1,0 +1,243 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// ReqMeta describes a KV request received by a Server (ps::KVMeta).
+type ReqMeta struct {
+	Cmd        int32 // Meta.Head: the worker's Options.Cmd
+	Push, Pull bool  // both for a push-pull
+	Sender     int32 // the worker's node id
+	Timestamp  int32 // the worker's operation timestamp
+	CustomerID int32 // the worker's customer id
+	// DataType is the tag of the request's vals frame (Float when the
+	// request has no frames). Response tags its vals with it: change it
+	// before responding to answer with another type.
+	DataType message.DataType
+	Priority int32
+
+	responded *atomic.Bool // nil for a ReqMeta built by hand
+}
+
+// KVPairs are the keys, values and optional per-key lengths (in elements) of
+// a request or response. In a request they are views of the received frames
+// (no copy); they stay valid after the handler returns, so a handler may keep
+// them for a later Response.
+type KVPairs struct {
+	Keys []uint64
+	Vals []byte
+	Lens []int32
+}
+
+// ServerHandler handles one KV request. It runs in the server's customer
+// goroutine and must arrange for exactly one Response (or ResponseError)
+// for the request, now or later from any goroutine.
+type ServerHandler func(meta ReqMeta, data KVPairs, srv *Server)
+
+// ErrAlreadyResponded is returned by a second Response for one request.
+var ErrAlreadyResponded = errors.New("kv: this request has already been answered")
+
+// Server receives KV requests and answers them (ps::KVServer). Its customer
+// id is its app id, as in ps-lite, because servers route data messages by
+// (app id, app id).
+//
+// Malformed requests (a frame count other than 0, 2 or 3, a keys or lens
+// frame that is not whole 8- or 4-byte elements, lens not one per key, vals
+// not whole elements of their type) never reach the handler: they are
+// logged, counted (Invalid) and answered with an error response.
+//
+// Error responses are an elasticps extension: a KV response whose Meta.Body
+// is non-empty carries a UTF-8 error message instead of data, and the Go
+// Worker's Wait returns it as a *ServerError. C++ ps-lite workers ignore the
+// body and see a response without data (which they treat as an empty
+// result, or abort on for a pull).
+type Server struct {
+	po      *postoffice.Postoffice
+	c       *Customer
+	simple  *SimpleApp
+	handler atomic.Pointer[ServerHandler]
+
+	invalid atomic.Int64
+	dropped atomic.Int64
+}
+
+// NewServer registers a server for appID on po. Until SetRequestHandler is
+// called, every request is answered with an error.
+func NewServer(po *postoffice.Postoffice, appID int) (*Server, error) {
+	if po == nil {
+		return nil, errors.New("kv: nil postoffice")
+	}
+	s := &Server{po: po, simple: embeddedSimpleApp(po)}
+	c, err := newCustomer(po, appID, appID, s.process)
+	if err != nil {
+		return nil, err
+	}
+	s.c = c
+	s.simple.c = c
+	return s, nil
+}
+
+// SetRequestHandler sets the KV request handler (for example
+// NewDefaultHandler().Handle).
+func (s *Server) SetRequestHandler(h ServerHandler) {
+	if h == nil {
+		s.handler.Store(nil)
+		return
+	}
+	s.handler.Store(&h)
+}
+
+// Simple returns the server's SimpleApp, which handles the simple_app
+// messages (commands) sent to this server's app.
+func (s *Server) Simple() *SimpleApp { return s.simple }
+
+// Customer returns the server's customer.
+func (s *Server) Customer() *Customer { return s.c }
+
+// Invalid counts requests rejected without reaching a handler (malformed,
+// or no handler set).
+func (s *Server) Invalid() int64 { return s.invalid.Load() }
+
+// Close unregisters the server.
+func (s *Server) Close() { s.c.Close() }
+
+// Response answers request meta with res (ps::KVServer::Response): keys,
+// vals and lens frames are sent when res.Keys is non-empty (lens only when
+// non-empty). It may be called from any goroutine, once per request; res is
+// sent without copying and must not be modified afterwards. A response whose
+// lens do not match its keys is not sent: the worker gets an error response
+// instead, and the error is returned.
+func (s *Server) Response(meta ReqMeta, res KVPairs) error {
+	if len(res.Lens) != 0 && len(res.Lens) != len(res.Keys) {
+		err := fmt.Errorf("kv: server response has %d lens for %d keys", len(res.Lens), len(res.Keys))
+		if sendErr := s.ResponseError(meta, err); sendErr != nil {
+			return errors.Join(err, sendErr)
+		}
+		return err
+	}
+	if meta.responded != nil && meta.responded.Swap(true) {
+		return ErrAlreadyResponded
+	}
+	out := &outMsg{}
+	m := s.responseTo(meta, &out.msg)
+	m.Data = out.data[:0]
+	m.Meta.DataType = out.types[:0]
+	if len(res.Keys) > 0 {
+		m.AddData(message.Uint64, KeysToBytes(res.Keys))
+		m.AddData(meta.DataType, res.Vals)
+		if len(res.Lens) > 0 {
+			m.AddData(message.Int32, LensToBytes(res.Lens))
+		}
+	}
+	return s.send(m)
+}
+
+// ResponseError answers request meta with an error (the elasticps error
+// extension, see Server); the worker's Wait returns it as a *ServerError.
+func (s *Server) ResponseError(meta ReqMeta, err error) error {
+	if meta.responded != nil && meta.responded.Swap(true) {
+		return ErrAlreadyResponded
+	}
+	msg := "unknown error"
+	if err != nil && err.Error() != "" {
+		msg = err.Error()
+	}
+	m := s.responseTo(meta, &message.Message{})
+	m.Meta.Body = []byte(msg)
+	return s.send(m)
+}
+
+func (s *Server) responseTo(meta ReqMeta, m *message.Message) *message.Message {
+	m.Meta = message.NewMeta()
+	m.Meta.AppID = s.c.appID
+	m.Meta.CustomerID = meta.CustomerID
+	m.Meta.Request = false
+	m.Meta.Push = meta.Push
+	m.Meta.Pull = meta.Pull
+	m.Meta.Head = meta.Cmd
+	m.Meta.Timestamp = meta.Timestamp
+	m.Meta.Recver = meta.Sender
+	return m
+}
+
+func (s *Server) send(m *message.Message) error {
+	if _, err := s.po.Send(m); err != nil {
+		return fmt.Errorf("kv: response to node %d (timestamp %d) not sent: %w", m.Meta.Recver, m.Meta.Timestamp, err)
+	}
+	return nil
+}
+
+// process handles one message in the customer goroutine.
+func (s *Server) process(m *message.Message, localErr error) bool {
+	if m.Meta.SimpleApp {
+		return s.simple.process(m, localErr)
+	}
+	if !m.Meta.Request {
+		n := s.dropped.Add(1)
+		s.po.Logger().Warn("kv: server dropped a KV response; servers only answer requests", "msg", m.Meta.String(), "dropped_total", n)
+		return false
+	}
+	meta := ReqMeta{
+		Cmd:        m.Meta.Head,
+		Push:       m.Meta.Push,
+		Pull:       m.Meta.Pull,
+		Sender:     m.Meta.Sender,
+		Timestamp:  m.Meta.Timestamp,
+		CustomerID: m.Meta.CustomerID,
+		DataType:   message.Float,
+		Priority:   m.Meta.Priority,
+		responded:  new(atomic.Bool),
+	}
+	if len(m.Meta.DataType) >= 2 {
+		meta.DataType = m.Meta.DataType[1]
+	}
+	data, err := parseRequest(m, meta.DataType)
+	if err == nil && s.handler.Load() == nil {
+		err = errors.New("no request handler is set on this server (Server.SetRequestHandler)")
+	}
+	if err != nil {
+		n := s.invalid.Add(1)
+		s.po.Logger().Error("kv: rejected a request; the server keeps serving", "err", err, "msg", m.Meta.String(), "invalid_total", n)
+		if rerr := s.ResponseError(meta, err); rerr != nil {
+			s.po.Logger().Error("kv: cannot send the error response", "err", rerr)
+		}
+		return true
+	}
+	(*s.handler.Load())(meta, data, s)
+	return true
+}
+
+// parseRequest checks a request's frames and returns views of them.
+func parseRequest(m *message.Message, dt message.DataType) (KVPairs, error) {
+	var kv KVPairs
+	n := len(m.Data)
+	if n == 0 {
+		return kv, nil
+	}
+	if n != 2 && n != 3 {
+		return kv, fmt.Errorf("request has %d data frames; expected keys, vals and optionally lens", n)
+	}
+	var err error
+	if kv.Keys, err = BytesToKeys(m.Data[0]); err != nil {
+		return kv, fmt.Errorf("keys frame: %w", err)
+	}
+	kv.Vals = m.Data[1]
+	if es := dt.Size(); len(kv.Vals)%es != 0 {
+		return kv, fmt.Errorf("vals frame of %d bytes is not a whole number of %s elements", len(kv.Vals), dt)
+	}
+	if n == 3 {
+		if kv.Lens, err = BytesToLens(m.Data[2]); err != nil {
+			return kv, fmt.Errorf("lens frame: %w", err)
+		}
+		if len(kv.Lens) != len(kv.Keys) {
+			return kv, fmt.Errorf("request has %d lens for %d keys", len(kv.Lens), len(kv.Keys))
+		}
+	}
+	return kv, nil
+}

@@ -1,0 +1,596 @@
+package kv
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// Options are the optional parameters of a Worker operation (the trailing
+// arguments of ps-lite's KVWorker calls).
+type Options struct {
+	// Cmd is sent as Meta.Head; ps-lite gives it no meaning, server
+	// handlers do (MXNet encodes the request type and dtype in it).
+	Cmd int32
+	// Priority orders this operation's requests in the servers' queues
+	// (higher first).
+	Priority int32
+	// DataType tags the vals frame and gives the element size used for
+	// slicing and for lens (which count elements). The zero value (Char)
+	// means Float; C++ char values are message.Other, bytes Int8/Uint8.
+	// The generic helpers (Push, Pull, PushPull) set it from T.
+	DataType message.DataType
+	// Callback runs once the operation has completed — for pulls, after the
+	// values have been copied into the destination — and before Wait
+	// returns for it. It runs in the worker's customer goroutine (in the
+	// caller's when no server was involved, i.e. for empty keys), so it
+	// must not block on other operations of the same worker. It runs also
+	// when the operation failed, after OnError, so that nothing waiting on
+	// it is stranded.
+	Callback func()
+	// OnError, if set, receives the operation's error, in the same place
+	// and just before Callback.
+	OnError func(error)
+}
+
+func (o *Options) dataType() message.DataType {
+	if o.DataType == message.Char {
+		return message.Float
+	}
+	return o.DataType
+}
+
+// ServerError is a failure reported by a server in its response (the
+// elasticps error extension: a KV response whose Meta.Body is non-empty
+// carries the server's UTF-8 error message and no data).
+type ServerError struct {
+	Node int32 // server node id
+	Msg  string
+}
+
+func (e *ServerError) Error() string { return fmt.Sprintf("kv: server %d: %s", e.Node, e.Msg) }
+
+// Worker pushes values to and pulls them from the servers (ps::KVWorker).
+// Keys are partitioned by the job's server key ranges
+// (Postoffice.ServerKeyRanges) and the slice for range i goes to the server
+// that the routing table names for it.
+//
+// Values are raw little-endian bytes of elements of Options.DataType; the
+// generic functions Push, Pull and PushPull wrap them for typed slices.
+// Buffers are not copied: keys, vals and lens passed to an operation are
+// sent as they are and must not be modified until the operation completes,
+// and pulled values are copied once, from the received messages straight
+// into the destination.
+//
+// All methods are safe for concurrent use; several operations, even on the
+// same keys, may be outstanding at once.
+type Worker struct {
+	po      *postoffice.Postoffice
+	c       *Customer
+	simple  *SimpleApp
+	ranges  []postoffice.Range
+	routing *postoffice.RoutingTable
+
+	dropped atomic.Int64 // responses that matched no outstanding operation
+}
+
+// NewWorker registers a worker as customer (appID, customerID) of po. Each
+// worker object of a process needs its own customer id.
+func NewWorker(po *postoffice.Postoffice, appID, customerID int) (*Worker, error) {
+	if po == nil {
+		return nil, errors.New("kv: nil postoffice")
+	}
+	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), routing: po.Routing()}
+	c, err := newCustomer(po, appID, customerID, w.process)
+	if err != nil {
+		return nil, err
+	}
+	w.c = c
+	w.simple.c = c
+	return w, nil
+}
+
+// Simple returns the worker's SimpleApp, which shares its customer (and so
+// its timestamps).
+func (w *Worker) Simple() *SimpleApp { return w.simple }
+
+// Customer returns the worker's customer.
+func (w *Worker) Customer() *Customer { return w.c }
+
+// Dropped counts responses that matched no outstanding operation (unknown
+// timestamp, or a server that was not asked or had already answered).
+func (w *Worker) Dropped() int64 { return w.dropped.Load() }
+
+// Close unregisters the worker; outstanding Waits return ErrClosed.
+func (w *Worker) Close() { w.c.Close() }
+
+// Wait blocks until operation ts has completed and its callback has run, and
+// returns its error: a server's ServerError, a malformed or mismatched
+// reply, a destination of the wrong size, or postoffice.ErrStopped.
+func (w *Worker) Wait(ts int32) error { return w.c.Wait(ts) }
+
+// Push sends vals for keys to the servers (ps::KVWorker::ZPush). keys must
+// be sorted ascending (repeats are allowed, for MXNet's row-sparse
+// requests). Without lens every key has len(vals)/len(keys) bytes of values;
+// with lens, key i has lens[i] elements. It returns the operation's
+// timestamp for Wait, or an error and no timestamp if the arguments are
+// invalid.
+func (w *Worker) Push(keys []uint64, vals []byte, lens []int32, opts Options) (int32, error) {
+	return w.issue(true, false, keys, vals, lens, nil, nil, opts)
+}
+
+// Pull fetches the values of keys into *dst (ps::KVWorker::ZPull). If *dst is
+// empty it is allocated to the size the servers return; otherwise that size
+// must equal len(*dst) exactly, or the operation fails without writing. If
+// lens is non-nil it receives the number of elements of each key (allocated
+// when empty, else it must have len(keys) entries). The pull request carries
+// no lens, as in ps-lite: servers decide the value lengths.
+func (w *Worker) Pull(keys []uint64, dst *[]byte, lens *[]int32, opts Options) (int32, error) {
+	if dst == nil {
+		return -1, errors.New("kv: Pull needs a destination (dst is nil)")
+	}
+	return w.issue(false, true, keys, nil, nil, byteDst{dst}, lens, opts)
+}
+
+// PushPull pushes vals and pulls the result into *dst in one round trip
+// (ps::KVWorker::ZPushPull). When *lens is non-empty it is sent with the
+// push, as dmlc ps-lite does, and then overwritten with the reply's lens.
+func (w *Worker) PushPull(keys []uint64, vals []byte, dst *[]byte, lens *[]int32, opts Options) (int32, error) {
+	if dst == nil {
+		return -1, errors.New("kv: PushPull needs a destination (dst is nil)")
+	}
+	var sendLens []int32
+	if lens != nil {
+		sendLens = *lens
+	}
+	return w.issue(true, true, keys, vals, sendLens, byteDst{dst}, lens, opts)
+}
+
+// Push is Worker.Push for typed values; it sets opts.DataType from T.
+func Push[T Number](w *Worker, keys []uint64, vals []T, lens []int32, opts Options) (int32, error) {
+	opts.DataType = DataTypeOf[T]()
+	return w.issue(true, false, keys, AsBytes(vals), lens, nil, nil, opts)
+}
+
+// Pull is Worker.Pull for typed values; it sets opts.DataType from T.
+func Pull[T Number](w *Worker, keys []uint64, dst *[]T, lens *[]int32, opts Options) (int32, error) {
+	if dst == nil {
+		return -1, errors.New("kv: Pull needs a destination (dst is nil)")
+	}
+	opts.DataType = DataTypeOf[T]()
+	return w.issue(false, true, keys, nil, nil, typedDst[T]{dst}, lens, opts)
+}
+
+// PushPull is Worker.PushPull for typed values; it sets opts.DataType from T.
+func PushPull[T Number](w *Worker, keys []uint64, vals []T, dst *[]T, lens *[]int32, opts Options) (int32, error) {
+	if dst == nil {
+		return -1, errors.New("kv: PushPull needs a destination (dst is nil)")
+	}
+	opts.DataType = DataTypeOf[T]()
+	var sendLens []int32
+	if lens != nil {
+		sendLens = *lens
+	}
+	return w.issue(true, true, keys, AsBytes(vals), sendLens, typedDst[T]{dst}, lens, opts)
+}
+
+// destination hands out the pull buffer once its total size n (bytes) is
+// known. Implementations are single-pointer structs, so storing them in the
+// interface does not allocate.
+type destination interface {
+	buffer(n int) ([]byte, error)
+	// hostOrder reports whether the buffer holds typed elements in host
+	// byte order, which differs from the wire's on big-endian hosts.
+	hostOrder() bool
+}
+
+type byteDst struct{ p *[]byte }
+
+func (d byteDst) hostOrder() bool { return false }
+
+func (d byteDst) buffer(n int) ([]byte, error) {
+	if len(*d.p) == 0 {
+		*d.p = alignedBytes(n)
+	} else if len(*d.p) != n {
+		return nil, fmt.Errorf("kv: pull destination holds %d bytes but the servers returned %d", len(*d.p), n)
+	}
+	return *d.p, nil
+}
+
+type typedDst[T Number] struct{ p *[]T }
+
+func (d typedDst[T]) hostOrder() bool { return true }
+
+func (d typedDst[T]) buffer(n int) ([]byte, error) {
+	size := int(unsafe.Sizeof(T(0)))
+	if n%size != 0 {
+		return nil, fmt.Errorf("kv: the servers returned %d bytes, not a whole number of %d-byte values", n, size)
+	}
+	if len(*d.p) == 0 {
+		*d.p = make([]T, n/size)
+	} else if len(*d.p) != n/size {
+		return nil, fmt.Errorf("kv: pull destination holds %d values but the servers returned %d", len(*d.p), n/size)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(*d.p))), n), nil
+}
+
+// op is the state of one outstanding operation, kept in its tracker entry.
+// After issue it is touched only by the customer goroutine.
+type op struct {
+	tr      request // the tracker entry, embedded to save an allocation
+	pull    bool
+	keys    []uint64
+	esize   int
+	waiting []int32 // servers that have not answered yet
+	replies []reply // pull: one per answering server
+	dst     destination
+	lens    *[]int32
+	cb      func()
+	onErr   func(error)
+	err     error
+
+	waitBuf [8]int32 // backs waiting for up to 8 servers
+}
+
+// reply is one server's part of a pull result: views of its frames.
+type reply struct {
+	from int32
+	pos  int // index of keys[0] in the request
+	keys []uint64
+	vals []byte
+	lens []int32
+}
+
+// span is the part of a request for one key range.
+type span struct {
+	ka, kb     int // keys[ka:kb]
+	va, vb     int // vals[va:vb]
+	node       int32
+	routeEpoch uint64
+}
+
+// outMsg allocates a request message with room for its three frames in one
+// object.
+type outMsg struct {
+	msg   message.Message
+	data  [3][]byte
+	types [3]message.DataType
+}
+
+func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32, dst destination, lensOut *[]int32, opts Options) (int32, error) {
+	dt := opts.dataType()
+	es := dt.Size()
+	if err := checkRequest(push, keys, vals, lens, es); err != nil {
+		return -1, err
+	}
+	ranges := w.ranges
+	if len(keys) > 0 {
+		if len(ranges) == 0 {
+			return -1, errors.New("kv: the job has no servers")
+		}
+		if last := ranges[len(ranges)-1].End; keys[len(keys)-1] >= last {
+			return -1, fmt.Errorf("kv: key %d is outside every server key range (keys must be < %d; build keys as ServerKeyRanges()[i].Begin + k)", keys[len(keys)-1], last)
+		}
+	}
+
+	// Slice by binary search on the range boundaries. The spans live on the
+	// stack for up to 16 servers.
+	var buf [16]span
+	spans := buf[:0]
+	perKey := 0
+	if len(lens) == 0 && len(keys) > 0 {
+		perKey = len(vals) / len(keys)
+	}
+	ka, va := 0, 0
+	for i, r := range ranges {
+		if ka == len(keys) {
+			break
+		}
+		n, _ := slices.BinarySearch(keys[ka:], r.End)
+		if n == 0 {
+			continue
+		}
+		s := span{ka: ka, kb: ka + n, va: va}
+		if len(lens) > 0 {
+			for _, l := range lens[ka : ka+n] {
+				s.vb += int(l)
+			}
+			s.vb = va + s.vb*es
+		} else {
+			s.vb = va + n*perKey
+		}
+		s.node, s.routeEpoch = w.routing.Owner(i)
+		spans = append(spans, s)
+		ka, va = s.kb, s.vb
+	}
+
+	o := &op{pull: pull, keys: keys, esize: es, dst: dst, lens: lensOut, cb: opts.Callback, onErr: opts.OnError}
+	if len(spans) == 0 {
+		// Nothing to send (no keys): complete here, as ps-lite does.
+		w.complete(o)
+		return w.c.newCompleted(o.err), nil
+	}
+	o.waiting = o.waitBuf[:0]
+	for i := range spans {
+		o.waiting = append(o.waiting, spans[i].node)
+	}
+	if pull {
+		o.replies = make([]reply, 0, len(spans))
+	}
+	o.tr = request{expected: len(ranges), got: len(ranges) - len(spans), state: o}
+	ts := w.c.track(&o.tr)
+
+	var firstErr error
+	for _, s := range spans {
+		out := &outMsg{}
+		m := &out.msg
+		m.Meta = message.NewMeta()
+		m.Data = out.data[:0]
+		m.Meta.DataType = out.types[:0]
+		m.Meta.AppID = w.c.appID
+		m.Meta.CustomerID = w.c.customerID
+		m.Meta.Request = true
+		m.Meta.Push = push
+		m.Meta.Pull = pull
+		m.Meta.Head = opts.Cmd
+		m.Meta.Timestamp = ts
+		m.Meta.Priority = opts.Priority
+		m.Meta.Recver = s.node
+		m.Meta.Ext.Epoch = s.routeEpoch
+		m.AddData(message.Uint64, KeysToBytes(keys[s.ka:s.kb]))
+		if push {
+			m.AddData(dt, vals[s.va:s.vb])
+			if len(lens) > 0 {
+				m.AddData(message.Int32, LensToBytes(lens[s.ka:s.kb]))
+			}
+		} else {
+			// ps-lite always sends an (empty) vals frame with a pull, and
+			// never lens.
+			m.AddData(dt, nil)
+		}
+		if _, err := w.po.Send(m); err != nil {
+			err = fmt.Errorf("kv: request %d to server %d not sent: %w", ts, s.node, err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			w.c.enqueue(localResponse(m, s.node), err)
+		}
+	}
+	return ts, firstErr
+}
+
+// checkRequest validates what can be checked before anything is sent.
+func checkRequest(push bool, keys []uint64, vals []byte, lens []int32, es int) error {
+	for i := 1; i < len(keys); i++ {
+		if keys[i] < keys[i-1] {
+			return fmt.Errorf("kv: keys must be sorted ascending, but keys[%d]=%d > keys[%d]=%d", i-1, keys[i-1], i, keys[i])
+		}
+	}
+	if !push {
+		return nil
+	}
+	if len(lens) > 0 {
+		if len(lens) != len(keys) {
+			return fmt.Errorf("kv: %d lens for %d keys: give one length per key, or none", len(lens), len(keys))
+		}
+		total := 0
+		for i, l := range lens {
+			if l < 0 {
+				return fmt.Errorf("kv: lens[%d]=%d is negative", i, l)
+			}
+			total += int(l)
+		}
+		if total*es != len(vals) {
+			return fmt.Errorf("kv: lens add up to %d elements (%d bytes) but vals has %d bytes", total, total*es, len(vals))
+		}
+		return nil
+	}
+	if len(keys) == 0 {
+		if len(vals) != 0 {
+			return fmt.Errorf("kv: %d bytes of vals for no keys", len(vals))
+		}
+		return nil
+	}
+	if len(vals)%(len(keys)*es) != 0 {
+		return fmt.Errorf("kv: %d bytes of vals cannot be split evenly over %d keys of %d-byte elements: pass lens", len(vals), len(keys), es)
+	}
+	return nil
+}
+
+// process handles one message in the customer goroutine.
+func (w *Worker) process(m *message.Message, localErr error) bool {
+	if m.Meta.SimpleApp {
+		return w.simple.process(m, localErr)
+	}
+	if m.Meta.Request {
+		w.drop(m, "a KV request reached a worker")
+		return false
+	}
+	ts := m.Meta.Timestamp
+	st, last, ok := w.c.lookup(ts)
+	o, isOp := st.(*op)
+	if !ok || !isOp {
+		w.drop(m, "no outstanding operation has this timestamp")
+		return false
+	}
+	i := slices.Index(o.waiting, m.Meta.Sender)
+	if i < 0 {
+		w.drop(m, "the sender was not asked or has already answered")
+		return false
+	}
+	o.waiting = slices.Delete(o.waiting, i, i+1)
+	switch {
+	case localErr != nil:
+		o.fail(localErr)
+	case len(m.Meta.Body) > 0:
+		o.fail(&ServerError{Node: m.Meta.Sender, Msg: string(m.Meta.Body)})
+	case o.pull && o.err == nil:
+		o.fail(o.addReply(m))
+	}
+	if last {
+		w.complete(o)
+		if o.err != nil {
+			w.c.fail(ts, o.err)
+		}
+	}
+	return true
+}
+
+func (w *Worker) drop(m *message.Message, why string) {
+	n := w.dropped.Add(1)
+	w.po.Logger().Warn("kv: worker dropped a message", "why", why, "msg", m.Meta.String(), "dropped_total", n)
+}
+
+func (o *op) fail(err error) {
+	if o.err == nil {
+		o.err = err
+	}
+}
+
+// addReply records one server's pull reply after checking its frames.
+func (o *op) addReply(m *message.Message) error {
+	r := reply{from: m.Meta.Sender}
+	switch n := len(m.Data); {
+	case n == 0:
+		// An empty reply; complete() reports the keys it lacks.
+	case n == 2 || n == 3:
+		var err error
+		if r.keys, err = BytesToKeys(m.Data[0]); err != nil {
+			return fmt.Errorf("kv: pull reply from server %d: keys frame: %w", r.from, err)
+		}
+		r.vals = m.Data[1]
+		if len(r.vals)%o.esize != 0 {
+			return fmt.Errorf("kv: pull reply from server %d: %d bytes of values is not a whole number of %d-byte elements", r.from, len(r.vals), o.esize)
+		}
+		if n == 3 {
+			if r.lens, err = BytesToLens(m.Data[2]); err != nil {
+				return fmt.Errorf("kv: pull reply from server %d: lens frame: %w", r.from, err)
+			}
+			if len(r.lens) != len(r.keys) {
+				return fmt.Errorf("kv: pull reply from server %d: %d lens for %d keys", r.from, len(r.lens), len(r.keys))
+			}
+		}
+	default:
+		return fmt.Errorf("kv: pull reply from server %d has %d data frames; expected keys, vals and optionally lens", r.from, n)
+	}
+	o.replies = append(o.replies, r)
+	return nil
+}
+
+// complete finishes an operation: for a pull, it assembles the replies into
+// the destination; then it runs OnError (on failure) and Callback.
+func (w *Worker) complete(o *op) {
+	if o.pull && o.err == nil {
+		o.err = o.assemble()
+	}
+	if o.err != nil && o.onErr != nil {
+		o.onErr(o.err)
+	}
+	if o.cb != nil {
+		o.cb()
+	}
+}
+
+// assemble checks that the replies tile the requested keys exactly, then
+// copies values (and lens) into the destination. Nothing is written unless
+// every check passes.
+func (o *op) assemble() error {
+	req := o.keys
+	for i := range o.replies {
+		r := &o.replies[i]
+		if len(r.keys) == 0 {
+			continue
+		}
+		p, _ := slices.BinarySearch(req, r.keys[0])
+		if p+len(r.keys) > len(req) || !slices.Equal(req[p:p+len(r.keys)], r.keys) {
+			return fmt.Errorf("kv: pull reply from server %d has %d keys from %d to %d that are not a contiguous run of the requested keys",
+				r.from, len(r.keys), r.keys[0], r.keys[len(r.keys)-1])
+		}
+		r.pos = p
+	}
+	slices.SortFunc(o.replies, func(a, b reply) int { return cmp.Compare(a.pos, b.pos) })
+	next, total := 0, 0
+	for _, r := range o.replies {
+		if len(r.keys) == 0 {
+			continue
+		}
+		if r.pos != next {
+			return pullGapError(req, next, r)
+		}
+		next += len(r.keys)
+		total += len(r.vals)
+	}
+	if next != len(req) {
+		return fmt.Errorf("kv: pull: the servers returned %d of %d keys; key %d and later are missing", next, len(req), req[next])
+	}
+	var lensDst []int32
+	if o.lens != nil {
+		if len(*o.lens) != 0 && len(*o.lens) != len(req) {
+			return fmt.Errorf("kv: pull lens destination has %d entries for %d keys", len(*o.lens), len(req))
+		}
+		for _, r := range o.replies {
+			if r.lens == nil && len(r.keys) > 0 && (len(r.vals)/o.esize)%len(r.keys) != 0 {
+				return fmt.Errorf("kv: pull reply from server %d has no lens and its %d values cannot be split evenly over %d keys", r.from, len(r.vals)/o.esize, len(r.keys))
+			}
+		}
+		if len(*o.lens) == 0 {
+			*o.lens = make([]int32, len(req))
+		}
+		lensDst = *o.lens
+	}
+	buf, err := o.dst.buffer(total)
+	if err != nil {
+		return err
+	}
+	off, k := 0, 0
+	for _, r := range o.replies {
+		if len(r.keys) == 0 {
+			continue
+		}
+		off += copy(buf[off:], r.vals)
+		if lensDst != nil {
+			if r.lens != nil {
+				copy(lensDst[k:], r.lens)
+			} else {
+				// ps-lite would abort; the reply is well-formed enough to
+				// derive the lengths, as the even split of a push.
+				per := int32(len(r.vals) / o.esize / len(r.keys))
+				for j := range r.keys {
+					lensDst[k+j] = per
+				}
+			}
+		}
+		k += len(r.keys)
+	}
+	if !littleEndian && o.dst.hostOrder() {
+		swapElements(buf, o.esize)
+	}
+	return nil
+}
+
+func pullGapError(req []uint64, next int, r reply) error {
+	if r.pos < next {
+		return fmt.Errorf("kv: pull reply from server %d repeats keys another server returned (from key %d)", r.from, r.keys[0])
+	}
+	return fmt.Errorf("kv: pull: no server returned key %d", req[next])
+}
+
+// swapElements converts wire (little-endian) elements to host order in place
+// on big-endian hosts.
+func swapElements(b []byte, size int) {
+	if size == 1 {
+		return
+	}
+	for i := 0; i+size <= len(b); i += size {
+		slices.Reverse(b[i : i+size])
+	}
+}

@@ -1,0 +1,193 @@
+package postoffice
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van/zmq"
+	"github.com/stretchr/testify/require"
+)
+
+// testJob is a whole job (scheduler, servers, workers) inside one process,
+// over real ZeroMQ sockets on loopback.
+type testJob struct {
+	sched   *Postoffice
+	servers []*Postoffice
+	workers []*Postoffice
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newNode(t *testing.T, role message.Role, ns, nw, port int, mod func(*Config)) *Postoffice {
+	t.Helper()
+	cfg := Config{Role: role, NumServers: ns, NumWorkers: nw, SchedulerHost: "127.0.0.1", SchedulerPort: port,
+		NodeHost: "127.0.0.1", Logger: quietLogger()}
+	if mod != nil {
+		mod(&cfg)
+	}
+	tr, err := zmq.New(zmq.Config{Logger: cfg.Logger})
+	require.NoError(t, err)
+	p, err := New(cfg, tr)
+	require.NoError(t, err)
+	t.Cleanup(p.Stop)
+	return p
+}
+
+// startJob starts every node's customer 0 concurrently and waits.
+func startJob(t *testing.T, ns, nw int, mod func(*Config)) *testJob {
+	t.Helper()
+	port := freePort(t)
+	j := &testJob{sched: newNode(t, message.RoleScheduler, ns, nw, port, mod)}
+	for range ns {
+		j.servers = append(j.servers, newNode(t, message.RoleServer, ns, nw, port, mod))
+	}
+	for range nw {
+		j.workers = append(j.workers, newNode(t, message.RoleWorker, ns, nw, port, mod))
+	}
+	errs := make(chan error, 1+ns+nw)
+	for _, p := range j.all() {
+		go func() { errs <- p.Start(0) }()
+	}
+	for range j.all() {
+		select {
+		case err := <-errs:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("job did not start within 20s")
+		}
+	}
+	return j
+}
+
+func (j *testJob) all() []*Postoffice {
+	out := []*Postoffice{j.sched}
+	out = append(out, j.servers...)
+	return append(out, j.workers...)
+}
+
+// barrierAll runs Barrier(0, group) on every member concurrently.
+func barrierAll(t *testing.T, nodes []*Postoffice, group int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(nodes))
+	for _, p := range nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- p.Barrier(0, group) }()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("barrier on group %d did not complete", group)
+	}
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// The connection matrix of ps-lite's test_connection: ids follow the rank
+// rules, every node knows its rank, and barriers on every group work.
+func TestConnection(t *testing.T) {
+	for _, sz := range [][2]int{{1, 1}, {2, 2}, {3, 2}, {1, 4}} {
+		t.Run(fmt.Sprintf("%ds%dw", sz[0], sz[1]), func(t *testing.T) {
+			j := startJob(t, sz[0], sz[1], nil)
+			ids := map[int32]bool{}
+			for i, p := range j.servers {
+				id := p.MyNode().ID
+				require.Zero(t, id%2, "server %d id %d", i, id)
+				ids[id] = true
+			}
+			for _, p := range j.workers {
+				require.Equal(t, int32(1), p.MyNode().ID%2)
+				ids[p.MyNode().ID] = true
+			}
+			require.Len(t, ids, sz[0]+sz[1], "ids must be distinct")
+			for r := range sz[0] {
+				require.True(t, ids[int32(message.ServerRankToID(r))])
+			}
+			for r := range sz[1] {
+				require.True(t, ids[int32(message.WorkerRankToID(r))])
+			}
+			barrierAll(t, j.all(), message.AllGroup)
+			barrierAll(t, j.workers, message.WorkerGroup)
+			barrierAll(t, append([]*Postoffice{j.sched}, j.servers...), message.SchedulerGroup|message.ServerGroup)
+			barrierAll(t, j.all(), message.AllGroup) // a second round reuses the counters
+			for _, p := range j.all() {
+				require.NoError(t, p.Finalize(0, false))
+			}
+		})
+	}
+}
+
+func TestBarrierRejectsForeignGroup(t *testing.T) {
+	j := startJob(t, 2, 1, nil)
+	err := j.workers[0].Barrier(0, message.ServerGroup)
+	require.ErrorContains(t, err, "cannot join a barrier on group 2")
+}
+
+// Heartbeats keep nodes alive; a node that stops sending is reported dead
+// by the scheduler after the timeout, and the scheduler is alive to nodes.
+func TestHeartbeatsAndDeadNodes(t *testing.T) {
+	j := startJob(t, 2, 1, func(c *Config) {
+		c.HeartbeatInterval = 100 * time.Millisecond
+		c.HeartbeatTimeout = 600 * time.Millisecond
+	})
+	time.Sleep(900 * time.Millisecond)
+	require.Empty(t, j.sched.DeadNodes(600*time.Millisecond), "no node is dead while heartbeating")
+	require.Empty(t, j.workers[0].DeadNodes(600*time.Millisecond), "scheduler answers heartbeats")
+	dead := j.servers[1].MyNode().ID
+	j.servers[1].Stop()
+	require.Eventually(t, func() bool {
+		d := j.sched.DeadNodes(600 * time.Millisecond)
+		return len(d) == 1 && d[0] == dead
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Empty(t, j.sched.DeadNodes(0), "timeout 0 means never dead")
+}
+
+// A garbage frame at a node's port is rejected and counted; the node keeps
+// serving barriers.
+func TestGarbageFrameRejected(t *testing.T) {
+	j := startJob(t, 1, 1, nil)
+	srv := j.servers[0].MyNode()
+	// raw TCP garbage (not even ZMTP)
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", srv.Port))
+	require.NoError(t, err)
+	_, _ = c.Write([]byte("GET / HTTP/1.0\r\n\r\n\x00\xff\xfe"))
+	c.Close()
+	// a real ZeroMQ peer sending a malformed meta
+	tr, err := zmq.New(zmq.Config{Logger: quietLogger()})
+	require.NoError(t, err)
+	defer tr.Close()
+	require.NoError(t, tr.Connect(srv, 77))
+	before := j.servers[0].Stats().Malformed.Load()
+	bad := &message.Message{Meta: message.NewMeta()}
+	bad.Meta.Recver = srv.ID
+	bad.Meta.AppID = 0
+	bad.Meta.DataType = []message.DataType{message.Uint64, message.Float}
+	bad.Data = [][]byte{make([]byte, 8), make([]byte, 4)}
+	_, err = tr.Send(bad) // valid
+	require.NoError(t, err)
+	raw, err := rawDealer(srv)
+	require.NoError(t, err)
+	defer raw.Close()
+	_, err = raw.SendMessage([]byte{0x08, 0xff, 0xff}) // truncated varint
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return j.servers[0].Stats().Malformed.Load() > before }, 5*time.Second, 20*time.Millisecond)
+	barrierAll(t, j.all(), message.AllGroup)
+}
