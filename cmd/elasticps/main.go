@@ -1,0 +1,104 @@
+// Command elasticps runs parameter-server roles, local jobs, the demo and
+// benchmarks.
+//
+//	elasticps scheduler                      run the scheduler from DMLC_* env
+//	elasticps server                         run a server (element-wise sum store)
+//	elasticps local -s S -w W -- CMD ARGS    run a local job of CMD
+//	elasticps demo                           train a small model on a local job
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/elasticps/elasticps/launcher"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+const usage = `usage: elasticps COMMAND [ARGS]
+
+commands:
+  scheduler    run the scheduler role; configured by DMLC_* / PS_* variables
+  server       run a server with the default element-wise sum store
+  local        start a local job: elasticps local -s S -w W [opts] -- CMD ARGS
+  demo         train logistic regression on a local job and print a summary
+
+Environment (ps-lite's names): DMLC_ROLE, DMLC_NUM_WORKER, DMLC_NUM_SERVER,
+DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST, DMLC_INTERFACE, PORT,
+DMLC_LOCAL, PS_VERBOSE, PS_HEARTBEAT_INTERVAL, PS_HEARTBEAT_TIMEOUT, PS_RESEND.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func run(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch args[0] {
+	case "scheduler":
+		err = runRole(ctx, "scheduler")
+	case "server":
+		err = runRole(ctx, "server")
+	case "local":
+		err = runLocal(ctx, args[1:])
+	case "demo":
+		err = runDemo(ctx, args[1:])
+	case "demo-node":
+		err = runDemoNode(ctx)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	default:
+		fmt.Fprintf(os.Stderr, "elasticps: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		var pe *launcher.ProcessError
+		if errors.As(err, &pe) {
+			fmt.Fprintf(os.Stderr, "elasticps: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "elasticps: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func runLocal(ctx context.Context, args []string) error {
+	job, err := launcher.ParseArgs(args)
+	if err != nil {
+		return err
+	}
+	return job.Run(ctx)
+}
+
+// nodeLogger is the logger for a node process: text to stderr, with debug
+// detail at PS_VERBOSE >= 1.
+func nodeLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// configFromEnv reads the node configuration, checking that the role
+// matches what the command runs.
+func configFromEnv(role string) (postoffice.Config, error) {
+	cfg, err := postoffice.ConfigFromEnv(postoffice.OSEnv)
+	if err != nil {
+		return cfg, err
+	}
+	if role != "" && cfg.Role.String() != role {
+		return cfg, fmt.Errorf("DMLC_ROLE=%s but the command runs a %s: set DMLC_ROLE=%s or run 'elasticps %s'", cfg.Role, role, role, cfg.Role)
+	}
+	cfg.Logger = nodeLogger()
+	return cfg, nil
+}

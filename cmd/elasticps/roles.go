@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// statsHead is the SimpleApp head a worker sends to ask a server for its
+// traffic counters; the reply body is "requests bytes_in bytes_out".
+const statsHead = -7301
+
+// runRole runs a scheduler or a server the way ps-lite's test programs do
+// (ps::Start with its barrier, then ps::Finalize with its barrier), so it
+// can stand in for a C++ scheduler or server in a mixed job. The server
+// uses the element-wise sum store.
+func runRole(ctx context.Context, role string) error {
+	cfg, err := configFromEnv(role)
+	if err != nil {
+		return err
+	}
+	po, err := postoffice.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer po.Stop()
+	if cfg.Role == message.RoleServer {
+		srv, err := kv.NewServer(po, 0)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		srv.SetRequestHandler(kv.NewDefaultHandler().Handle)
+		serveStats(po, srv.Simple())
+	}
+	stop := context.AfterFunc(ctx, po.Stop)
+	defer stop()
+	if err := po.StartWithBarrier(0); err != nil {
+		return fmt.Errorf("%s start: %w", role, err)
+	}
+	if po.Verbose() >= 1 {
+		po.Logger().Info("started", "node", po.MyNode().String())
+	}
+	if err := po.Finalize(0, true); err != nil {
+		return fmt.Errorf("%s finalize: %w", role, err)
+	}
+	return ctx.Err()
+}
+
+// serveStats answers statsHead requests with the node's traffic counters;
+// other SimpleApp requests get ps-lite's default empty reply.
+func serveStats(po *postoffice.Postoffice, app *kv.SimpleApp) {
+	app.SetRequestHandler(func(d kv.SimpleData, a *kv.SimpleApp) {
+		body := ""
+		if d.Head == statsHead {
+			st := po.Stats()
+			body = strconv.FormatInt(st.MsgsRecv.Load(), 10) + " " +
+				strconv.FormatInt(st.BytesRecv.Load(), 10) + " " +
+				strconv.FormatInt(st.BytesSent.Load(), 10)
+		}
+		if err := a.Response(d, []byte(body)); err != nil {
+			po.Logger().Error("cannot answer a command", "err", err)
+		}
+	})
+}
