@@ -226,6 +226,9 @@ func (p *Postoffice) startOnce() error {
 	p.started = true
 	go p.receiveLoop()
 	go p.parkedLoop()
+	if p.sched != nil && p.cfg.HeartbeatTimeout > 0 {
+		go p.schedulerTickLoop()
+	}
 	return nil
 }
 
@@ -824,4 +827,21 @@ func (p *Postoffice) startHeartbeat() {
 // GroupContains reports whether id is in group.
 func (p *Postoffice) GroupContains(group int, id int32) bool {
 	return slices.Contains(p.groups[group], id)
+}
+
+// schedulerTickLoop gives the scheduler state its clock: parked recoveries
+// retry once the node they replace has timed out.
+func (p *Postoffice) schedulerTickLoop() {
+	t := time.NewTicker(min(p.cfg.HeartbeatTimeout/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stopped:
+			return
+		case now := <-t.C:
+			var a scheduler.Actions
+			p.schedCall(func(s *scheduler.State) { a = s.Tick(now) })
+			p.apply(a)
+		}
+	}
 }

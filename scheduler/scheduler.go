@@ -52,6 +52,7 @@ type State struct {
 	heartbeats map[int32]time.Time
 	barrier    map[int]int // group -> count
 	groups     map[int][]int32
+	waiting    []message.Node // restarted nodes waiting for a dead node to replace
 }
 
 // New returns the state at time now.
@@ -237,7 +238,20 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 		}
 	}
 	if idx < 0 {
-		a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s %s:%d after the job started, but no %s is dead to replace (a restarted node is recognised only with PS_HEARTBEAT_INTERVAL and PS_HEARTBEAT_TIMEOUT set, after the timeout)", node.Role, node.Hostname, node.Port, node.Role))
+		if s.cfg.HeartbeatTimeout <= 0 {
+			a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s %s:%d after the job started: a restarted node can take over a dead node's id only with PS_HEARTBEAT_INTERVAL and PS_HEARTBEAT_TIMEOUT set", node.Role, node.Hostname, node.Port))
+			return
+		}
+		// The node it replaces may not have timed out yet (a quick
+		// restart): keep the registration and retry on Tick, instead of
+		// leaving the new process waiting forever as ps-lite does.
+		for _, w := range s.waiting {
+			if addrKey(w) == addrKey(node) {
+				return
+			}
+		}
+		s.waiting = append(s.waiting, node)
+		a.Events = append(a.Events, fmt.Sprintf("%s %s:%d waits for a dead %s to replace", node.Role, node.Hostname, node.Port, node.Role))
 		return
 	}
 	old := s.nodes[idx]
@@ -323,3 +337,21 @@ func (s *State) DeadNodes(now time.Time, timeout time.Duration) []int32 {
 	}
 	return dead
 }
+
+// Tick lets registrations that wait for a dead node retry; the caller calls
+// it periodically (e.g. every second) with the current time.
+func (s *State) Tick(now time.Time) Actions {
+	var a Actions
+	if !s.ready || len(s.waiting) == 0 {
+		return a
+	}
+	waiting := s.waiting
+	s.waiting = nil
+	for _, n := range waiting {
+		s.recover(now, n, &a)
+	}
+	return a
+}
+
+// Waiting is the number of restarted nodes waiting for a dead node.
+func (s *State) Waiting() int { return len(s.waiting) }

@@ -39,8 +39,15 @@ func runRole(ctx context.Context, role string) error {
 	}
 	stop := context.AfterFunc(ctx, po.Stop)
 	defer stop()
-	if err := po.StartWithBarrier(0); err != nil {
+	if err := po.Start(0); err != nil {
 		return fmt.Errorf("%s start: %w", role, err)
+	}
+	// A node that replaced a dead one skips the start barrier, which the
+	// others passed long ago (MXNet and BytePS do the same).
+	if !po.IsRecovery() {
+		if err := po.Barrier(0, message.AllGroup); err != nil {
+			return fmt.Errorf("%s start barrier: %w", role, err)
+		}
 	}
 	if po.Verbose() >= 1 {
 		po.Logger().Info("started", "node", po.MyNode().String())
