@@ -50,7 +50,7 @@ type State struct {
 	byAddr     map[string]int32 // host:port -> id
 	shared     map[int32]int32  // alias id -> real id (multi-customer processes)
 	heartbeats map[int32]time.Time
-	barrier    map[int]int // group -> count
+	barrier    map[int]map[arrival]bool // group -> who has arrived this round
 	groups     map[int][]int32
 	waiting    []message.Node // restarted nodes waiting for a dead node to replace
 }
@@ -63,7 +63,7 @@ func New(cfg Config, now time.Time) *State {
 		byAddr:     map[string]int32{},
 		shared:     map[int32]int32{},
 		heartbeats: map[int32]time.Time{},
-		barrier:    map[int]int{},
+		barrier:    map[int]map[arrival]bool{},
 		groups:     Groups(cfg.NumServers, cfg.NumWorkers),
 	}
 	return s
@@ -287,12 +287,21 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 		a.Errors = append(a.Errors, fmt.Errorf("BARRIER from node %d names group %d: valid groups are 1-7", sender, group))
 		return a
 	}
-	s.barrier[int(group)]++
-	a.Events = append(a.Events, fmt.Sprintf("barrier count for group %d: %d/%d", group, s.barrier[int(group)], len(members)))
-	if s.barrier[int(group)] < len(members) {
+	// Arrivals are a set: a repeated request from the same node and
+	// customer in one round (a resend, or a restarted node re-entering the
+	// barrier its dead predecessor had already reached) counts once. ps-lite
+	// counts it twice and releases the barrier early.
+	round := s.barrier[int(group)]
+	if round == nil {
+		round = map[arrival]bool{}
+		s.barrier[int(group)] = round
+	}
+	round[arrival{sender, customerID}] = true
+	a.Events = append(a.Events, fmt.Sprintf("barrier count for group %d: %d/%d", group, len(round), len(members)))
+	if len(round) < len(members) {
 		return a
 	}
-	s.barrier[int(group)] = 0
+	delete(s.barrier, int(group))
 	for _, id := range members {
 		if s.IsAlias(id) {
 			continue
@@ -308,6 +317,8 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 	}
 	return a
 }
+
+type arrival struct{ node, customer int32 }
 
 // Heartbeat records a heartbeat from node id and answers it.
 func (s *State) Heartbeat(now time.Time, id int32) Actions {

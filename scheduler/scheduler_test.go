@@ -257,3 +257,18 @@ func TestRestartWithoutHeartbeatsIsAnError(t *testing.T) {
 		t.Fatalf("want an error explaining the heartbeat settings, got %+v", a)
 	}
 }
+
+// A repeated arrival of the same node and customer counts once: a node
+// restarted after its predecessor reached the barrier must not release it
+// before the others arrive.
+func TestBarrierArrivalsAreASet(t *testing.T) {
+	s := ready(t, 1, 1) // 8, 9
+	s.Barrier(8, 0, 0, message.AllGroup)
+	s.Barrier(8, 0, 0, message.AllGroup) // the replacement of 8
+	if a := s.Barrier(1, 0, 0, message.AllGroup); len(a.Send) != 0 {
+		t.Fatal("released without worker 9")
+	}
+	if a := s.Barrier(9, 0, 0, message.AllGroup); len(a.Send) != 3 {
+		t.Fatalf("want 3 releases, got %d", len(a.Send))
+	}
+}

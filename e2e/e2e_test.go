@@ -1,0 +1,239 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/launcher"
+	"github.com/stretchr/testify/require"
+)
+
+// runJob runs a local job whose workers run this binary as node kind, with
+// the elasticps CLI as scheduler and servers.
+func runJob(t *testing.T, ns, nw int, kind string, mod func(*launcher.Job)) string {
+	t.Helper()
+	var out syncBuffer
+	job := &launcher.Job{
+		NumServers: ns, NumWorkers: nw,
+		Command:          []string{selfExe(t)},
+		SchedulerCommand: []string{elasticpsBin, "scheduler"},
+		ServerCommand:    []string{elasticpsBin, "server"},
+		Env:              []string{"ELASTICPS_E2E_NODE=" + kind, "DMLC_NODE_HOST=127.0.0.1"},
+		Stdout:           &out, Stderr: &out,
+		Timeout: 60 * time.Second,
+	}
+	if mod != nil {
+		mod(job)
+	}
+	err := job.Run(context.Background())
+	require.NoError(t, err, "job output:\n%s", out.String())
+	return out.String()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestConnectionProcesses(t *testing.T) {
+	for _, sz := range [][2]int{{1, 1}, {2, 2}, {3, 2}, {1, 4}} {
+		t.Run(fmt.Sprintf("%ds%dw", sz[0], sz[1]), func(t *testing.T) {
+			out := runJob(t, sz[0], sz[1], "connection", nil)
+			for r := range sz[1] {
+				require.Contains(t, out, fmt.Sprintf("rank %d id %d of %d workers / %d servers", r, 9+2*r, sz[1], sz[0]))
+			}
+		})
+	}
+}
+
+func TestKVProcesses(t *testing.T) {
+	for _, sz := range [][2]int{{1, 1}, {2, 2}, {3, 2}} {
+		t.Run(fmt.Sprintf("%ds%dw", sz[0], sz[1]), func(t *testing.T) {
+			out := runJob(t, sz[0], sz[1], "kv", nil)
+			require.Equal(t, sz[1], strings.Count(out, "KV OK"), out)
+		})
+	}
+}
+
+// DMLC_LOCAL=1: ipc:// endpoints instead of TCP.
+func TestKVProcessesLocalIPC(t *testing.T) {
+	out := runJob(t, 2, 2, "kv", func(j *launcher.Job) { j.Env = append(j.Env, "DMLC_LOCAL=1") })
+	require.Equal(t, 2, strings.Count(out, "KV OK"), out)
+}
+
+// Heartbeats on, the resend layer on, verbose logging: the same job passes.
+func TestKVProcessesHeartbeatResendVerbose(t *testing.T) {
+	out := runJob(t, 2, 2, "kv", func(j *launcher.Job) {
+		j.Env = append(j.Env, "PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=5", "PS_RESEND=1", "PS_VERBOSE=2")
+	})
+	require.Equal(t, 2, strings.Count(out, "KV OK"), out)
+	require.Contains(t, out, "msg=send")
+}
+
+// ps-lite's test_kv_app_multi_workers: DMLC_NUM_WORKER=2, one worker
+// process with two customers.
+func TestTwoCustomersOneProcess(t *testing.T) {
+	out := runJob(t, 1, 2, "two-customers", func(j *launcher.Job) { j.WorkerProcesses = 1 })
+	require.Contains(t, out, "customer 0 OK")
+	require.Contains(t, out, "customer 1 OK")
+}
+
+// Missing or invalid variables stop a node with one message naming the
+// variable and what to set.
+func TestEnvErrors(t *testing.T) {
+	cases := []struct {
+		env  []string
+		want string
+	}{
+		{nil, "environment variable DMLC_ROLE is not set: set it to worker, server or scheduler"},
+		{[]string{"DMLC_ROLE=server"}, "environment variable DMLC_NUM_WORKER is not set"},
+		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=x"}, `DMLC_NUM_SERVER="x" is invalid: expected the number of servers`},
+		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1"}, "DMLC_PS_ROOT_URI is not set"},
+		{[]string{"DMLC_ROLE=worker", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1"}, "DMLC_ROLE=worker but the command runs a server"},
+	}
+	for _, tc := range cases {
+		cmd := exec.Command(elasticpsBin, "server")
+		cmd.Env = append(cleanEnv(), tc.env...)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "env %v", tc.env)
+		require.Contains(t, string(out), tc.want)
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(string(out)), "\n")+1, "one line: %s", out)
+	}
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DMLC_") && !strings.HasPrefix(kv, "PS_") && !strings.HasPrefix(kv, "PORT=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// proc is one process started by hand, its output collected and scanned.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  strings.Builder
+	done chan error
+}
+
+func start(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(args[0], args[1:]...), done: make(chan error, 1)}
+	p.cmd.Env = append(cleanEnv(), env...)
+	r, w := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		s := bufio.NewScanner(r)
+		for s.Scan() {
+			p.mu.Lock()
+			p.out.WriteString(s.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	go func() { err := p.cmd.Wait(); w.Close(); p.done <- err }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	return p
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (p *proc) waitFor(t *testing.T, text string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(p.output(), text) }, 30*time.Second, 20*time.Millisecond,
+		"%s never printed %q; output:\n%s", p.name, text, p.output())
+}
+
+func (p *proc) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		require.NoError(t, err, "%s failed:\n%s", p.name, p.output())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not exit; output:\n%s", p.name, p.output())
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// A server process is killed mid-job and restarted: the new process takes
+// the dead server's id (is_recovery), the worker reaches it and the job
+// finishes. A garbage frame sent to the scheduler on the way is rejected
+// and the scheduler keeps serving.
+func TestServerKilledAndRestarted(t *testing.T) {
+	port := freePort(t)
+	signal := filepath.Join(t.TempDir(), "recovered")
+	common := []string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=1", "DMLC_PS_ROOT_URI=127.0.0.1",
+		fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
+		"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_VERBOSE=1"}
+	env := func(extra ...string) []string { return append(append([]string{}, common...), extra...) }
+	p0, p1 := freePort(t), freePort(t)
+	if p0 > p1 {
+		p0, p1 = p1, p0 // server rank 1 is the higher port
+	}
+	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
+	srv0 := start(t, "server0", env("DMLC_ROLE=server", fmt.Sprintf("PORT=%d", p0)), elasticpsBin, "server")
+	srv1 := start(t, "server1", env("DMLC_ROLE=server", fmt.Sprintf("PORT=%d", p1)), elasticpsBin, "server")
+	worker := start(t, "worker", env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=recovery", "E2E_SIGNAL_FILE="+signal), selfExe(t))
+	worker.waitFor(t, "phase 1 done")
+
+	// garbage to the scheduler's port: raw bytes, not ZMTP
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	require.NoError(t, err)
+	_, _ = c.Write(bytes.Repeat([]byte{0xff, 0x00, 0x13}, 100))
+	c.Close()
+
+	require.NoError(t, srv1.cmd.Process.Kill())
+	<-srv1.done
+	repl := start(t, "server1-restarted", env("DMLC_ROLE=server"), elasticpsBin, "server")
+	repl.waitFor(t, "id=10")
+	repl.waitFor(t, "recovery")
+	sched.waitFor(t, "replace dead node")
+	require.NoError(t, os.WriteFile(signal, nil, 0o644))
+	defer func() {
+		if t.Failed() {
+			t.Logf("replacement:\n%s\nscheduler:\n%s", repl.output(), sched.output())
+		}
+	}()
+	worker.waitFor(t, "recovery OK")
+	for _, p := range []*proc{worker, repl, srv0, sched} {
+		p.wait(t)
+	}
+}

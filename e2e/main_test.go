@@ -1,0 +1,50 @@
+// Package e2e runs whole jobs as real processes: the elasticps binary in
+// the scheduler and server roles, and this test binary itself as the worker
+// program (TestMain dispatches on ELASTICPS_E2E_NODE), all launched by the
+// launcher package as `elasticps local` would.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// elasticpsBin is the CLI built once for the whole package.
+var elasticpsBin string
+
+func TestMain(m *testing.M) {
+	if node := os.Getenv("ELASTICPS_E2E_NODE"); node != "" {
+		if err := runNode(node); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e node %s: %v\n", node, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "elasticps-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	elasticpsBin = filepath.Join(dir, "elasticps")
+	build := exec.Command("go", "build", "-o", elasticpsBin, "github.com/elasticps/elasticps/cmd/elasticps")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building elasticps:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func selfExe(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}

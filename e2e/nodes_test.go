@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// runNode is the worker side of the process tests.
+func runNode(kind string) error {
+	cfg, err := postoffice.ConfigFromEnv(postoffice.OSEnv)
+	if err != nil {
+		return err
+	}
+	po, err := postoffice.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer po.Stop()
+	switch kind {
+	case "connection":
+		if err := po.StartWithBarrier(0); err != nil {
+			return err
+		}
+		fmt.Printf("rank %d id %d of %d workers / %d servers\n", po.MyRank(), po.MyNode().ID, po.NumWorkers(), po.NumServers())
+		return po.Finalize(0, true)
+	case "kv":
+		return kvNode(po)
+	case "two-customers":
+		return twoCustomers(po)
+	case "recovery":
+		return recoveryWorker(po)
+	}
+	return fmt.Errorf("unknown node kind %q", kind)
+}
+
+// kvNode pushes rounds of integer-valued floats to keys on every server,
+// then checks the pulled sums exactly (every worker pushed the same).
+func kvNode(po *postoffice.Postoffice) error {
+	w, err := kv.NewWorker(po, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := po.StartWithBarrier(0); err != nil {
+		return err
+	}
+	const rounds = 20
+	var keys []uint64
+	var vals []float32
+	for s, r := range po.ServerKeyRanges() {
+		for i := range 5 {
+			keys = append(keys, r.Begin+uint64(i*7))
+			vals = append(vals, float32(s*100+i+1))
+		}
+	}
+	var pending []int32
+	for range rounds {
+		ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+		if err != nil {
+			return err
+		}
+		pending = append(pending, ts)
+	}
+	for _, ts := range pending {
+		if err := w.Wait(ts); err != nil {
+			return err
+		}
+	}
+	if err := po.Barrier(0, message.WorkerGroup); err != nil {
+		return err
+	}
+	var got []float32
+	ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
+	if err == nil {
+		err = w.Wait(ts)
+	}
+	if err != nil {
+		return err
+	}
+	for i, v := range vals {
+		want := v * rounds * float32(po.NumWorkers())
+		if got[i] != want {
+			return fmt.Errorf("key %d: pulled %v, want %v", keys[i], got[i], want)
+		}
+	}
+	fmt.Printf("KV OK rank %d: %d keys on %d servers\n", po.MyRank(), len(keys), po.NumServers())
+	return po.Finalize(0, true)
+}
+
+// twoCustomers is ps-lite's test_kv_app_multi_workers: one worker process,
+// two customers started from two goroutines, each with its own KV worker.
+func twoCustomers(po *postoffice.Postoffice) error {
+	errs := make(chan error, 2)
+	for cid := range 2 {
+		go func() {
+			errs <- func() error {
+				w, err := kv.NewWorker(po, 0, cid)
+				if err != nil {
+					return err
+				}
+				defer w.Close()
+				if err := po.StartWithBarrier(cid); err != nil {
+					return err
+				}
+				keys := []uint64{uint64(10 + cid)}
+				ts, err := kv.Push(w, keys, []float32{float32(cid + 1)}, nil, kv.Options{})
+				if err == nil {
+					err = w.Wait(ts)
+				}
+				if err != nil {
+					return err
+				}
+				var got []float32
+				ts, err = kv.PushPull(w, keys, []float32{float32(cid + 1)}, &got, nil, kv.Options{})
+				if err == nil {
+					err = w.Wait(ts)
+				}
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(got, []float32{float32(2 * (cid + 1))}) {
+					return fmt.Errorf("customer %d pulled %v", cid, got)
+				}
+				fmt.Printf("customer %d OK\n", cid)
+				return po.Barrier(cid, message.AllGroup)
+			}()
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return po.Finalize(0, false)
+}
+
+// recoveryWorker pushes to every server, waits for the test's signal that a
+// server was killed and replaced, then pushes and pulls again: the
+// replacement's store starts empty, the surviving server's store kept its
+// sum.
+func recoveryWorker(po *postoffice.Postoffice) error {
+	w, err := kv.NewWorker(po, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := po.StartWithBarrier(0); err != nil {
+		return err
+	}
+	var keys []uint64
+	for _, r := range po.ServerKeyRanges() {
+		keys = append(keys, r.Begin+1)
+	}
+	ones := slices.Repeat([]float32{1}, len(keys))
+	do := func(ts int32, err error) error {
+		if err != nil {
+			return err
+		}
+		return w.Wait(ts)
+	}
+	if err := do(kv.Push(w, keys, ones, nil, kv.Options{})); err != nil {
+		return err
+	}
+	fmt.Println("phase 1 done")
+	signal := os.Getenv("E2E_SIGNAL_FILE")
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(signal); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no recovery signal within 60s")
+		}
+	}
+	if err := do(kv.Push(w, keys, ones, nil, kv.Options{})); err != nil {
+		return err
+	}
+	var got []float32
+	if err := do(kv.Pull(w, keys, &got, nil, kv.Options{})); err != nil {
+		return err
+	}
+	want := []float32{2, 1} // server 0 kept its first push; server 1 restarted empty
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("after recovery pulled %v, want %v", got, want)
+	}
+	fmt.Println("recovery OK " + strconv.Itoa(len(got)))
+	return po.Finalize(0, true)
+}
