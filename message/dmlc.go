@@ -62,6 +62,7 @@ const (
 	fHandleNano = 17
 	fPushSeq    = 18
 	fIteration  = 19
+	fRedirect   = 20
 )
 
 // PBControl and PBNode field numbers.
@@ -85,7 +86,7 @@ var metaFieldNames = map[uint64]string{
 	fDataType: "data_type", fCustomerID: "customer_id", fDataSize: "data_size",
 	fPull: "pull", fPriority: "priority", fEpoch: "epoch", fSendNanos: "send_nanos",
 	fRecvNanos: "recv_nanos", fHandleNano: "handle_nanos", fPushSeq: "push_seq",
-	fIteration: "iteration",
+	fIteration: "iteration", fRedirect: "redirect",
 }
 
 var controlFieldNames = map[uint64]string{
@@ -214,14 +215,19 @@ type extField struct{ num, v uint64 }
 
 // wireFields lists the extension fields in wire order, so that EncodedLen
 // and MarshalTo cannot disagree about them.
-func (e *Ext) wireFields() [6]extField {
-	return [6]extField{
+func (e *Ext) wireFields() [7]extField {
+	var redirect uint64
+	if e.Redirect {
+		redirect = 1
+	}
+	return [7]extField{
 		{fEpoch, e.Epoch},
 		{fSendNanos, uint64(e.SendNanos)},
 		{fRecvNanos, uint64(e.RecvNanos)},
 		{fHandleNano, uint64(e.HandleNano)},
 		{fPushSeq, e.PushSeq},
 		{fIteration, uint64(e.Iteration)},
+		{fRedirect, redirect},
 	}
 }
 
@@ -662,6 +668,8 @@ func DecodeMeta(b []byte, m *Meta) error {
 			m.Ext.PushSeq = r.scalar(num, wt, at)
 		case fIteration:
 			m.Ext.Iteration = int64(r.scalar(num, wt, at))
+		case fRedirect:
+			m.Ext.Redirect = r.scalar(num, wt, at) != 0
 		default:
 			r.skip(num, wt, at, 0)
 		}

@@ -102,11 +102,11 @@ func TestDecodeMetaValid(t *testing.T) {
 			}},
 		{"unknown fields of every wire type skipped",
 			pb{}.i32(1, 7).
-				u(20, 1).                                                       // varint
-				key(21, 1).raw(1, 2, 3, 4, 5, 6, 7, 8).                         // fixed64
-				lp(22, []byte("xyz")).                                          // bytes
-				key(23, 5).raw(1, 2, 3, 4).                                     // fixed32
-				key(24, 3).u(1, 5).key(25, 3).lp(2, nil).key(25, 4).key(24, 4). // nested groups
+				u(40, 1).                                                       // varint
+				key(41, 1).raw(1, 2, 3, 4, 5, 6, 7, 8).                         // fixed64
+				lp(42, []byte("xyz")).                                          // bytes
+				key(43, 5).raw(1, 2, 3, 4).                                     // fixed32
+				key(44, 3).u(1, 5).key(45, 3).lp(2, nil).key(45, 4).key(44, 4). // nested groups
 				i32(13, 2),
 			func(m *message.Meta) { m.Head, m.Priority = 7, 2 }},
 		{"unknown fields in control and node skipped",
@@ -138,9 +138,9 @@ func TestDecodeMetaValid(t *testing.T) {
 				m.Control = message.Control{Cmd: 99, Nodes: []message.Node{{Role: -3, ID: message.Empty, Port: message.Empty}}}
 			}},
 		{"data_size read but not stored", pb{}.i32(11, 64), func(m *message.Meta) {}},
-		{"extension fields", pb{}.u(14, 3).i32(15, -1).u(16, 5).u(17, 6).u(18, math.MaxUint64).u(19, 1<<63),
+		{"extension fields", pb{}.u(14, 3).i32(15, -1).u(16, 5).u(17, 6).u(18, math.MaxUint64).u(19, 1<<63).u(20, 1),
 			func(m *message.Meta) {
-				m.Ext = message.Ext{Epoch: 3, SendNanos: -1, RecvNanos: 5, HandleNano: 6, PushSeq: math.MaxUint64, Iteration: math.MinInt64}
+				m.Ext = message.Ext{Epoch: 3, SendNanos: -1, RecvNanos: 5, HandleNano: 6, PushSeq: math.MaxUint64, Iteration: math.MinInt64, Redirect: true}
 			}},
 		{"extension fields before standard ones", pb{}.u(18, 1).i32(1, 2), func(m *message.Meta) {
 			m.Head, m.Ext.PushSeq = 2, 1
@@ -256,7 +256,7 @@ func TestDecodeMetaErrors(t *testing.T) {
 	}
 	deepGroups := pb{}
 	for range 100 {
-		deepGroups = deepGroups.key(20, 3)
+		deepGroups = deepGroups.key(40, 3)
 	}
 	tests := []struct {
 		name   string
@@ -295,14 +295,14 @@ func TestDecodeMetaErrors(t *testing.T) {
 		{"wrong wire type: data_size as bytes", pb{}.lp(11, nil), 0, []string{"data_size (11)"}},
 		{"field number 0", pb{}.raw(0x02, 0x00), 0, []string{"invalid field number 0"}},
 		{"field number too large", pb{}.key(1<<29, 0).raw(0), 0, []string{"invalid field number 536870912"}},
-		{"invalid wire type 6", pb{}.key(20, 6), 0, []string{"unknown field 20", "invalid wire type 6"}},
+		{"invalid wire type 6", pb{}.key(40, 6), 0, []string{"unknown field 40", "invalid wire type 6"}},
 		{"invalid wire type 7 in node", pb{}.lp(3, pb{}.i32(1, 2).lp(2, pb{}.key(20, 7))), 6, []string{"control.node[0].unknown field 20", "invalid wire type 7"}},
-		{"end-group without start", pb{}.key(20, 4), 0, []string{"end-group without a matching start-group"}},
-		{"mismatched end-group", pb{}.key(20, 3).key(21, 4), 2, []string{"end-group for field 21 closes group 20"}},
-		{"unterminated group", pb{}.key(20, 3).u(1, 1), 0, []string{"group not terminated"}},
+		{"end-group without start", pb{}.key(40, 4), 0, []string{"end-group without a matching start-group"}},
+		{"mismatched end-group", pb{}.key(40, 3).key(41, 4), 2, []string{"end-group for field 41 closes group 40"}},
+		{"unterminated group", pb{}.key(40, 3).u(1, 1), 0, []string{"group not terminated"}},
 		{"groups nested too deep", deepGroups, 128, []string{"nested deeper than 64"}},
-		{"truncated fixed64", pb{}.key(20, 1).raw(1, 2, 3), 0, []string{"truncated fixed64 value: 3 byte(s) left"}},
-		{"truncated fixed32", pb{}.key(20, 5).raw(1), 0, []string{"truncated fixed32"}},
+		{"truncated fixed64", pb{}.key(40, 1).raw(1, 2, 3), 0, []string{"truncated fixed64 value: 3 byte(s) left"}},
+		{"truncated fixed32", pb{}.key(40, 5).raw(1), 0, []string{"truncated fixed32"}},
 		{"control without cmd", pb{}.i32(1, 0).lp(3, nil), 2, []string{"control.cmd (1)", "required field missing"}},
 		{"node without role", pb{}.lp(3, pb{}.i32(1, 2).lp(2, pb{}.i32(2, 8))), 8, []string{"control.node[0].role (1)", "required field missing"}},
 		{"too many nodes", nodes(message.MaxNodes + 1), 6 + 4*message.MaxNodes, []string{"control.node (2)", "more than 4096 nodes"}},

@@ -199,6 +199,10 @@ type Ext struct {
 	HandleNano int64  // server handling time in ns, in responses (field 17)
 	PushSeq    uint64 // per (worker, key) push sequence number (field 18)
 	Iteration  int64  // worker iteration for sync control (field 19)
+	// Redirect marks a response whose request was not applied because the
+	// server no longer (or not yet) serves its keys; the worker re-routes
+	// it with a routing table of at least Epoch (field 20).
+	Redirect bool
 }
 
 // NewMeta returns a Meta with ps-lite's constructor defaults.
