@@ -232,6 +232,16 @@ func (c *Customer) lookup(ts int32) (state any, last, ok bool) {
 	return r.state, r.got+1 >= r.expected, true
 }
 
+// expect changes the number of responses request ts waits for by delta
+// (a redirected span re-sent as several).
+func (c *Customer) expect(ts int32, delta int) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	if r, ok := c.pending[ts]; ok {
+		r.expected += delta
+	}
+}
+
 // fail records err as the outcome of request ts (the first error wins).
 func (c *Customer) fail(ts int32, err error) {
 	c.tmu.Lock()

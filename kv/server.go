@@ -23,6 +23,7 @@ type ReqMeta struct {
 	Priority int32
 
 	responded *atomic.Bool // nil for a ReqMeta built by hand
+	inflight  *inflightReq // elastic mode: closed on Response
 }
 
 // KVPairs are the keys, values and optional per-key lengths (in elements) of
@@ -63,9 +64,14 @@ type Server struct {
 	simple  *SimpleApp
 	handler atomic.Pointer[ServerHandler]
 
-	invalid atomic.Int64
-	dropped atomic.Int64
+	invalid    atomic.Int64
+	dropped    atomic.Int64
+	redirected atomic.Int64
+	elastic    atomic.Pointer[serverElastic]
 }
+
+// Redirected counts requests answered with a redirect during migrations.
+func (s *Server) Redirected() int64 { return s.redirected.Load() }
 
 // NewServer registers a server for appID on po. Until SetRequestHandler is
 // called, every request is answered with an error.
@@ -124,6 +130,7 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 	if meta.responded != nil && meta.responded.Swap(true) {
 		return ErrAlreadyResponded
 	}
+	defer s.closeInflight(meta)
 	out := &outMsg{}
 	m := s.responseTo(meta, &out.msg)
 	m.Data = out.data[:0]
@@ -144,6 +151,7 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 	if meta.responded != nil && meta.responded.Swap(true) {
 		return ErrAlreadyResponded
 	}
+	defer s.closeInflight(meta)
 	msg := "unknown error"
 	if err != nil && err.Error() != "" {
 		msg = err.Error()
@@ -151,6 +159,16 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 	m := s.responseTo(meta, &message.Message{})
 	m.Meta.Body = []byte(msg)
 	return s.send(m)
+}
+
+// closeInflight tells the elastic agent a request is answered (after the
+// response is sent, so an export never overtakes it).
+func (s *Server) closeInflight(meta ReqMeta) {
+	if meta.inflight != nil {
+		if e := s.elastic.Load(); e != nil {
+			e.done(meta.inflight)
+		}
+	}
 }
 
 func (s *Server) responseTo(meta ReqMeta, m *message.Message) *message.Message {
@@ -208,6 +226,13 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 			s.po.Logger().Error("kv: cannot send the error response", "err", rerr)
 		}
 		return true
+	}
+	if e := s.elastic.Load(); e != nil {
+		r, ok := e.admit(m, data.Keys)
+		if !ok {
+			return true
+		}
+		meta.inflight = r
 	}
 	(*s.handler.Load())(meta, data, s)
 	return true

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
@@ -76,9 +78,15 @@ type Worker struct {
 	simple  *SimpleApp
 	ranges  []postoffice.Range
 	routing *postoffice.RoutingTable
+	seqs    pushSeqs
 
-	dropped atomic.Int64 // responses that matched no outstanding operation
+	dropped   atomic.Int64 // responses that matched no outstanding operation
+	redirects atomic.Int64 // spans re-routed after a server redirected them
 }
+
+// Redirects counts request spans re-routed because a server no longer (or
+// not yet) served their keys during a migration.
+func (w *Worker) Redirects() int64 { return w.redirects.Load() }
 
 // NewWorker registers a worker as customer (appID, customerID) of po. Each
 // worker object of a process needs its own customer id.
@@ -227,10 +235,17 @@ func (d typedDst[T]) buffer(n int) ([]byte, error) {
 // After issue it is touched only by the customer goroutine.
 type op struct {
 	tr      request // the tracker entry, embedded to save an allocation
+	push    bool
 	pull    bool
 	keys    []uint64
+	vals    []byte  // push values, kept to re-send redirected spans
+	lensIn  []int32 // push lens, likewise
+	dt      message.DataType
+	cmd     int32
+	prio    int32
 	esize   int
-	waiting []int32 // servers that have not answered yet
+	waiting []int32 // servers that have not answered yet (one entry per span sent)
+	spans   []span  // what was sent (kept until completion), to re-route a span a server redirects; a span is known by its first key
 	replies []reply // pull: one per answering server
 	dst     destination
 	lens    *[]int32
@@ -238,7 +253,8 @@ type op struct {
 	onErr   func(error)
 	err     error
 
-	waitBuf [8]int32 // backs waiting for up to 8 servers
+	redirects int
+	waitBuf   [8]int32 // backs waiting for up to 8 servers
 }
 
 // reply is one server's part of a pull result: views of its frames.
@@ -250,12 +266,13 @@ type reply struct {
 	lens []int32
 }
 
-// span is the part of a request for one key range.
+// span is the part of a request for one routing interval.
 type span struct {
 	ka, kb     int // keys[ka:kb]
 	va, vb     int // vals[va:vb]
 	node       int32
 	routeEpoch uint64
+	seq        uint64 // push sequence number of the interval (see pushSeqs)
 }
 
 // outMsg allocates a request message with room for its three frames in one
@@ -264,6 +281,18 @@ type outMsg struct {
 	msg   message.Message
 	data  [3][]byte
 	types [3]message.DataType
+}
+
+// pushSeqs counts this worker's pushes per key (in elastic mode only).
+// A request carries the count of its first key (Ext.PushSeq), so that a
+// migrating key range switches owners at the same push number on every
+// worker: the k-th push of a key goes to the old owner while k is below the
+// range's CutSeq, and to the new owner from then on. Counting per key (not
+// per routing interval) keeps the numbers equal across workers whatever
+// routing tables each has seen.
+type pushSeqs struct {
+	mu    sync.Mutex
+	count map[uint64]uint64
 }
 
 func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32, dst destination, lensOut *[]int32, opts Options) (int32, error) {
@@ -281,39 +310,13 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 			return -1, fmt.Errorf("kv: key %d is outside every server key range (keys must be < %d; build keys as ServerKeyRanges()[i].Begin + k)", keys[len(keys)-1], last)
 		}
 	}
-
-	// Slice by binary search on the range boundaries. The spans live on the
-	// stack for up to 16 servers.
+	o := &op{push: push, pull: pull, keys: keys, esize: es, dst: dst, lens: lensOut, cb: opts.Callback, onErr: opts.OnError,
+		dt: dt, cmd: opts.Cmd, prio: opts.Priority}
+	if push {
+		o.vals, o.lensIn = vals, lens
+	}
 	var buf [16]span
-	spans := buf[:0]
-	perKey := 0
-	if len(lens) == 0 && len(keys) > 0 {
-		perKey = len(vals) / len(keys)
-	}
-	ka, va := 0, 0
-	for i, r := range ranges {
-		if ka == len(keys) {
-			break
-		}
-		n, _ := slices.BinarySearch(keys[ka:], r.End)
-		if n == 0 {
-			continue
-		}
-		s := span{ka: ka, kb: ka + n, va: va}
-		if len(lens) > 0 {
-			for _, l := range lens[ka : ka+n] {
-				s.vb += int(l)
-			}
-			s.vb = va + s.vb*es
-		} else {
-			s.vb = va + n*perKey
-		}
-		s.node, s.routeEpoch = w.routing.Owner(i)
-		spans = append(spans, s)
-		ka, va = s.kb, s.vb
-	}
-
-	o := &op{pull: pull, keys: keys, esize: es, dst: dst, lens: lensOut, cb: opts.Callback, onErr: opts.OnError}
+	spans := w.slice(o, 0, len(keys), 0, buf[:0], true, 0)
 	if len(spans) == 0 {
 		// Nothing to send (no keys): complete here, as ps-lite does.
 		w.complete(o)
@@ -323,49 +326,197 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 	for i := range spans {
 		o.waiting = append(o.waiting, spans[i].node)
 	}
+	o.spans = append(o.spans, spans...)
 	if pull {
 		o.replies = make([]reply, 0, len(spans))
 	}
-	o.tr = request{expected: len(ranges), got: len(ranges) - len(spans), state: o}
+	// ps-lite counts a response per logical server; skipped ones count as
+	// answered at once.
+	expected := max(len(ranges), len(spans))
+	o.tr = request{expected: expected, got: expected - len(spans), state: o}
 	ts := w.c.track(&o.tr)
-
 	var firstErr error
 	for _, s := range spans {
-		out := &outMsg{}
-		m := &out.msg
-		m.Meta = message.NewMeta()
-		m.Data = out.data[:0]
-		m.Meta.DataType = out.types[:0]
-		m.Meta.AppID = w.c.appID
-		m.Meta.CustomerID = w.c.customerID
-		m.Meta.Request = true
-		m.Meta.Push = push
-		m.Meta.Pull = pull
-		m.Meta.Head = opts.Cmd
-		m.Meta.Timestamp = ts
-		m.Meta.Priority = opts.Priority
-		m.Meta.Recver = s.node
-		m.Meta.Ext.Epoch = s.routeEpoch
-		m.AddData(message.Uint64, KeysToBytes(keys[s.ka:s.kb]))
-		if push {
-			m.AddData(dt, vals[s.va:s.vb])
-			if len(lens) > 0 {
-				m.AddData(message.Int32, LensToBytes(lens[s.ka:s.kb]))
-			}
-		} else {
-			// ps-lite always sends an (empty) vals frame with a pull, and
-			// never lens.
-			m.AddData(dt, nil)
-		}
-		if _, err := w.po.Send(m); err != nil {
-			err = fmt.Errorf("kv: request %d to server %d not sent: %w", ts, s.node, err)
-			if firstErr == nil {
-				firstErr = err
-			}
-			w.c.enqueue(localResponse(m, s.node), err)
+		if err := w.send(o, ts, s); err != nil && firstErr == nil {
+			firstErr = err
 		}
 	}
 	return ts, firstErr
+}
+
+// slice cuts keys[ka:kb] (values from byte va) into one span per routing
+// interval. With count set, each push advances the interval's push
+// sequence number; otherwise (re-routing) the given seq is kept.
+func (w *Worker) slice(o *op, ka, kb, va int, spans []span, count bool, seq uint64) []span {
+	keys, lens := o.keys, o.lensIn
+	perKey := 0
+	if len(lens) == 0 && len(keys) > 0 {
+		perKey = len(o.vals) / len(keys)
+	}
+	routes := w.routing.Current()
+	elastic := w.po.Elastic()
+	if elastic {
+		w.seqs.mu.Lock()
+		defer w.seqs.mu.Unlock()
+		if w.seqs.count == nil {
+			w.seqs.count = map[uint64]uint64{}
+		}
+	}
+	for ka < kb {
+		i := routes.Find(keys[ka])
+		if i < 0 {
+			// Checked against the logical ranges in issue; a table always
+			// covers them.
+			i = len(routes.Intervals) - 1
+		}
+		iv := &routes.Intervals[i]
+		n, _ := slices.BinarySearch(keys[ka:kb], iv.End)
+		if n == 0 {
+			n = kb - ka
+		}
+		s := span{ka: ka, kb: ka + n, va: va, routeEpoch: routes.Epoch}
+		if !o.push {
+			s.vb = va
+		} else if len(lens) > 0 {
+			for _, l := range lens[ka : ka+n] {
+				s.vb += int(l)
+			}
+			s.vb = va + s.vb*o.esize
+		} else {
+			s.vb = va + n*perKey
+		}
+		s.seq = seq
+		if count && elastic {
+			if o.push {
+				for j, k := range keys[ka : ka+n] {
+					if j > 0 && k == keys[ka+j-1] {
+						continue // a repeated key (row-sparse) is one push of it
+					}
+					w.seqs.count[k]++
+				}
+			}
+			s.seq = w.seqs.count[keys[ka]]
+		}
+		s.node = iv.Dest(s.seq)
+		spans = append(spans, s)
+		ka, va = s.kb, s.vb
+	}
+	return spans
+}
+
+// send sends the request for one span; a failure becomes a local error
+// response so that Wait still finishes.
+func (w *Worker) send(o *op, ts int32, s span) error {
+	out := &outMsg{}
+	m := &out.msg
+	m.Meta = message.NewMeta()
+	m.Data = out.data[:0]
+	m.Meta.DataType = out.types[:0]
+	m.Meta.AppID = w.c.appID
+	m.Meta.CustomerID = w.c.customerID
+	m.Meta.Request = true
+	m.Meta.Push = o.push
+	m.Meta.Pull = o.pull
+	m.Meta.Head = o.cmd
+	m.Meta.Timestamp = ts
+	m.Meta.Priority = o.prio
+	m.Meta.Recver = s.node
+	m.Meta.Ext.Epoch = s.routeEpoch
+	m.Meta.Ext.PushSeq = s.seq
+	m.AddData(message.Uint64, KeysToBytes(o.keys[s.ka:s.kb]))
+	if o.push {
+		m.AddData(o.dt, o.vals[s.va:s.vb])
+		if len(o.lensIn) > 0 {
+			m.AddData(message.Int32, LensToBytes(o.lensIn[s.ka:s.kb]))
+		}
+	} else {
+		// ps-lite always sends an (empty) vals frame with a pull, and
+		// never lens.
+		m.AddData(o.dt, nil)
+	}
+	if _, err := w.po.Send(m); err != nil {
+		err = fmt.Errorf("kv: request %d to server %d not sent: %w", ts, s.node, err)
+		w.c.enqueue(localResponse(m, s.node), err)
+		return err
+	}
+	return nil
+}
+
+// redirect re-routes the span a server declined (Ext.Redirect): the server
+// applied nothing, so sending it to the owner the newer table names keeps
+// every update applied exactly once. It returns false: the redirect itself
+// is not one of the operation's responses.
+func (w *Worker) redirect(o *op, ts int32, m *message.Message) bool {
+	if w.routing.Epoch() < m.Meta.Ext.Epoch {
+		// The server knows a newer table than we do; it is on its way from
+		// the scheduler. Retry when it arrives.
+		go w.retryRedirect(m)
+		return false
+	}
+	first, err := BytesToKeys(firstFrame(m))
+	si := -1
+	if err == nil && len(first) > 0 {
+		for i, s := range o.spans {
+			if s.node == m.Meta.Sender && s.kb > s.ka && o.keys[s.ka] == first[0] {
+				si = i
+				break
+			}
+		}
+	}
+	wi := slices.Index(o.waiting, m.Meta.Sender)
+	if si < 0 || wi < 0 {
+		w.drop(m, "a redirect that matches no span sent to that server")
+		return false
+	}
+	o.redirects++
+	s := o.spans[si]
+	o.spans = slices.Delete(o.spans, si, si+1)
+	o.waiting = slices.Delete(o.waiting, wi, wi+1)
+	subs := w.slice(o, s.ka, s.kb, s.va, nil, false, s.seq)
+	w.c.expect(ts, len(subs)-1)
+	for _, n := range subs {
+		o.waiting = append(o.waiting, n.node)
+		o.spans = append(o.spans, n)
+	}
+	w.redirects.Add(1)
+	for _, n := range subs {
+		_ = w.send(o, ts, n)
+	}
+	return false
+}
+
+// maxRedirects bounds how often one operation may be re-routed.
+const maxRedirects = 64
+
+func firstFrame(m *message.Message) []byte {
+	if len(m.Data) == 0 {
+		return nil
+	}
+	return m.Data[0]
+}
+
+// retryRedirect re-queues a redirect once the routing table reaches its
+// epoch (or gives up after a minute with an error for the operation).
+func (w *Worker) retryRedirect(m *message.Message) {
+	deadline := time.After(time.Minute)
+	for {
+		// Take the channel before reading the epoch, so an update between
+		// the two cannot be missed.
+		changed := w.routing.Changed()
+		if w.routing.Epoch() >= m.Meta.Ext.Epoch {
+			break
+		}
+		select {
+		case <-changed:
+		case <-w.po.Done():
+			return
+		case <-deadline:
+			w.c.enqueue(m, fmt.Errorf("kv: server %d redirected request %d to routing epoch %d, which never arrived (current %d)",
+				m.Meta.Sender, m.Meta.Timestamp, m.Meta.Ext.Epoch, w.routing.Epoch()))
+			return
+		}
+	}
+	w.c.enqueue(m, nil)
 }
 
 // checkRequest validates what can be checked before anything is sent.
@@ -422,11 +573,20 @@ func (w *Worker) process(m *message.Message, localErr error) bool {
 		w.drop(m, "no outstanding operation has this timestamp")
 		return false
 	}
+	if m.Meta.Ext.Redirect && localErr == nil {
+		if o.redirects < maxRedirects {
+			return w.redirect(o, ts, m)
+		}
+		// A table that keeps sending keys back and forth is a bug: fail
+		// the operation rather than loop.
+		localErr = fmt.Errorf("kv: request %d was redirected %d times (last by server %d at routing epoch %d)", ts, o.redirects, m.Meta.Sender, m.Meta.Ext.Epoch)
+	}
 	i := slices.Index(o.waiting, m.Meta.Sender)
 	if i < 0 {
 		w.drop(m, "the sender was not asked or has already answered")
 		return false
 	}
+
 	o.waiting = slices.Delete(o.waiting, i, i+1)
 	switch {
 	case localErr != nil:

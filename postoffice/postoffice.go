@@ -59,6 +59,7 @@ type Postoffice struct {
 	timestamp  atomic.Int32
 	numStarted atomic.Int32 // customers that called Start
 	myID       atomic.Int32 // myNode.ID, read on the send path without the lock
+	elastic    atomic.Bool  // elastic mode: routing tables change while the job runs
 
 	mu        sync.Mutex
 	myNode    message.Node
@@ -845,3 +846,26 @@ func (p *Postoffice) schedulerTickLoop() {
 		}
 	}
 }
+
+// Members returns the ids of group that are real nodes: on the scheduler,
+// without the aliases of multi-customer processes (which share another
+// id and receive nothing).
+func (p *Postoffice) Members(group int) []int32 {
+	ids := p.groups[group]
+	var out []int32
+	for _, id := range ids {
+		alias := false
+		p.schedCall(func(s *scheduler.State) { alias = s.IsAlias(id) })
+		if !alias {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// SetElastic switches elastic mode on (kv.EnableElastic does): workers then
+// count pushes per key for migrations.
+func (p *Postoffice) SetElastic(on bool) { p.elastic.Store(on) }
+
+// Elastic reports whether elastic mode is on.
+func (p *Postoffice) Elastic() bool { return p.elastic.Load() }

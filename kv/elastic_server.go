@@ -1,0 +1,382 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// serverElastic is a server's part of live migration. It decides, before
+// the handler sees a request, whether this server may apply it now, must
+// park it (its keys are arriving from another server), or must redirect it
+// (its keys belong elsewhere). The invariant it keeps: a key range is
+// applied on exactly one server at a time — the old owner until it exports
+// the range, the new owner only after it has installed it — so no update is
+// lost or applied twice.
+type serverElastic struct {
+	s    *Server
+	po   *postoffice.Postoffice
+	link *elasticLink
+	mig  Migrator
+
+	mu       sync.Mutex
+	routes   *postoffice.Routes
+	hist     map[uint64]*keyState // by the first key of pushes received
+	inflight map[*inflightReq]struct{}
+	cuts     []*cut
+	ins      []*incoming
+	future   []*message.Message // requests routed with a newer table than ours
+
+	exportTimeout time.Duration
+}
+
+type inflightReq struct {
+	lo, hi uint64 // first and last key
+}
+
+// me is this server's id (known once it has registered).
+func (e *serverElastic) me() int32 { return e.po.MyNode().ID }
+
+func workerKey(m *message.Meta) int32 { return m.Sender<<8 | (m.CustomerID & 0xff) }
+
+// EnableElastic lets the scheduler move this server's keys (PS_ELASTIC).
+// mig hands key-range state over (DefaultHandler implements it); with nil,
+// migrations of this server's keys fail with a clear error and are aborted,
+// leaving the keys where they are.
+func (s *Server) EnableElastic(mig Migrator) error {
+	l, err := newElasticLink(s.po)
+	if err != nil {
+		return err
+	}
+	e := &serverElastic{s: s, po: s.po, link: l, mig: mig,
+		routes: s.po.Routing().Current(), hist: map[uint64]*keyState{}, inflight: map[*inflightReq]struct{}{},
+		exportTimeout: 2 * time.Second}
+	l.SetHandler(e.handle)
+	s.elastic.Store(e)
+	go e.tickLoop()
+	return nil
+}
+
+// handle answers the scheduler's elastic messages.
+func (e *serverElastic) handle(d SimpleData) ([]byte, error) {
+	switch d.Head {
+	case ElasticRoutes:
+		r, err := postoffice.UnmarshalRoutes(d.Body)
+		if err != nil {
+			return nil, err
+		}
+		e.setRoutes(r)
+		return nil, nil
+	case ElasticPrepare:
+		mv, _, err := UnmarshalMove(d.Body)
+		if err != nil {
+			return nil, err
+		}
+		return encodeU64(e.prepare(mv)), nil
+	case ElasticImport:
+		mv, state, err := UnmarshalMove(d.Body)
+		if err != nil {
+			return nil, err
+		}
+		return nil, e.install(mv, state)
+	case ElasticAbort:
+		mv, _, err := UnmarshalMove(d.Body)
+		if err != nil {
+			return nil, err
+		}
+		e.abort(mv)
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown elastic message %d", d.Head)
+}
+
+// setRoutes installs a newer table: intervals inherit push history,
+// incoming migrations start parking, committed or aborted cuts end, and
+// requests that waited for this table are re-admitted.
+func (e *serverElastic) setRoutes(r *postoffice.Routes) {
+	e.mu.Lock()
+	if r.Epoch <= e.routes.Epoch {
+		e.mu.Unlock()
+		return
+	}
+	me := e.me()
+	for _, iv := range r.Intervals {
+		if iv.Node == me && iv.Prev != 0 && iv.Prev != me && !e.hasIncoming(iv.Begin, iv.End) {
+			e.ins = append(e.ins, &incoming{mv: Move{Begin: iv.Begin, End: iv.End, From: iv.Prev, To: me, Epoch: r.Epoch}})
+		}
+	}
+	e.routes = r
+	// A cut ends when the table no longer migrates its range from us.
+	kept := e.cuts[:0]
+	for _, c := range e.cuts {
+		if r.Epoch > c.mv.Epoch {
+			continue
+		}
+		kept = append(kept, c)
+	}
+	e.cuts = kept
+	// An incoming range whose migration was aborted goes back.
+	var bounce []*message.Message
+	keptIns := e.ins[:0]
+	for _, in := range e.ins {
+		if i := r.Find(in.mv.Begin); i >= 0 && r.Intervals[i].Node != me {
+			bounce = append(bounce, in.parked...)
+			continue
+		}
+		keptIns = append(keptIns, in)
+	}
+	e.ins = keptIns
+	future := e.future
+	e.future = nil
+	e.mu.Unlock()
+	e.po.Routing().Update(r)
+	for _, m := range bounce {
+		e.redirect(m, r.Epoch)
+	}
+	for _, m := range future {
+		e.s.c.enqueue(m, nil)
+	}
+}
+
+func (e *serverElastic) hasIncoming(b, end uint64) bool {
+	for _, in := range e.ins {
+		if overlaps(b, end, in.mv.Begin, in.mv.End) {
+			return true
+		}
+	}
+	return false
+}
+
+// prepare starts an outgoing migration of mv's keys and returns the push
+// sequence number from which pushes belong to the new owner: one past the
+// highest this server has received for them, so no round of pushes is
+// split between the two servers.
+func (e *serverElastic) prepare(mv Move) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := &cut{mv: mv, pushers: map[int32]uint64{}, recv: map[int32]uint64{}, started: time.Now()}
+	var top uint64
+	for k, ks := range e.hist {
+		if k < mv.Begin || k >= mv.End {
+			continue
+		}
+		for w, s := range ks.pushers {
+			c.pushers[w] = max(c.pushers[w], s)
+			c.recv[w] = max(c.recv[w], s)
+			top = max(top, s)
+		}
+	}
+	c.seq = top + 1
+	e.cuts = append(e.cuts, c)
+	return c.seq
+}
+
+// install takes over mv's keys and lets parked requests through.
+func (e *serverElastic) install(mv Move, state []byte) error {
+	if e.mig == nil {
+		return errors.New("this server's handler cannot import state (no Migrator)")
+	}
+	if err := e.mig.Import(state); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	var parked []*message.Message
+	kept := e.ins[:0]
+	for _, in := range e.ins {
+		if overlaps(in.mv.Begin, in.mv.End, mv.Begin, mv.End) {
+			parked = append(parked, in.parked...)
+			continue
+		}
+		kept = append(kept, in)
+	}
+	e.ins = kept
+	e.mu.Unlock()
+	for _, m := range parked {
+		e.s.c.enqueue(m, nil)
+	}
+	return nil
+}
+
+func (e *serverElastic) abort(mv Move) {
+	e.mu.Lock()
+	kept := e.cuts[:0]
+	for _, c := range e.cuts {
+		if c.mv.Begin == mv.Begin && c.mv.End == mv.End && !c.exported {
+			continue
+		}
+		kept = append(kept, c)
+	}
+	e.cuts = kept
+	e.mu.Unlock()
+}
+
+// admit decides what happens to a request before the handler sees it. It
+// returns the in-flight record to close on Response, and whether the
+// handler should run now.
+func (e *serverElastic) admit(m *message.Message, keys []uint64) (*inflightReq, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if m.Meta.Ext.Epoch > e.routes.Epoch {
+		e.future = append(e.future, m)
+		return nil, false
+	}
+	if len(keys) == 0 {
+		return nil, true
+	}
+	lo, hi := keys[0], keys[len(keys)-1]
+	seq, push := m.Meta.Ext.PushSeq, m.Meta.Push
+	for _, in := range e.ins {
+		if overlaps(lo, hi+1, in.mv.Begin, in.mv.End) {
+			in.parked = append(in.parked, m)
+			return nil, false
+		}
+	}
+	for _, c := range e.cuts {
+		if overlaps(lo, hi+1, c.mv.Begin, c.mv.End) && (c.exported || seq >= c.seq) {
+			go e.redirect(m, c.mv.Epoch)
+			return nil, false
+		}
+	}
+	i := e.routes.Find(lo)
+	if i < 0 {
+		return nil, true // outside every interval: the handler reports it
+	}
+	w := workerKey(&m.Meta)
+	me := e.me()
+	for ; i < len(e.routes.Intervals) && e.routes.Intervals[i].Begin <= hi; i++ {
+		iv := &e.routes.Intervals[i]
+		if iv.Dest(seq) != me {
+			go e.redirect(m, e.routes.Epoch)
+			return nil, false
+		}
+	}
+	if push {
+		ks := e.hist[lo]
+		if ks == nil {
+			ks = &keyState{pushers: map[int32]uint64{}}
+			e.hist[lo] = ks
+		}
+		ks.pushers[w] = max(ks.pushers[w], seq)
+	}
+	for _, c := range e.cuts {
+		if push && overlaps(lo, hi+1, c.mv.Begin, c.mv.End) {
+			c.recv[w] = max(c.recv[w], seq)
+		}
+	}
+	r := &inflightReq{lo: lo, hi: hi}
+	e.inflight[r] = struct{}{}
+	return r, true
+}
+
+// done closes an in-flight request when it is answered.
+func (e *serverElastic) done(r *inflightReq) {
+	e.mu.Lock()
+	delete(e.inflight, r)
+	ready := e.readyCuts(false)
+	e.mu.Unlock()
+	for _, c := range ready {
+		go e.export(c)
+	}
+}
+
+// readyCuts marks and returns the cuts that may export now: nothing in
+// flight on their keys, and every known pusher has delivered its pushes
+// up to the cut (or, with force, waited long enough for one that stopped
+// pushing). The caller holds mu.
+func (e *serverElastic) readyCuts(force bool) []*cut {
+	var ready []*cut
+	for _, c := range e.cuts {
+		if c.exported {
+			continue
+		}
+		busy := false
+		for r := range e.inflight {
+			if overlaps(r.lo, r.hi+1, c.mv.Begin, c.mv.End) {
+				busy = true
+				break
+			}
+		}
+		if busy {
+			continue
+		}
+		all := true
+		for w := range c.pushers {
+			if c.recv[w]+1 < c.seq {
+				all = false
+				break
+			}
+		}
+		if force && !all && time.Since(c.started) > time.Second && !c.warned {
+			c.warned = true
+			e.po.Logger().Warn("elastic: a worker has not delivered its pushes up to the cut-over yet", "move", fmt.Sprintf("%+v", c.mv), "cut_seq", c.seq, "pushers", fmt.Sprint(c.pushers), "received", fmt.Sprint(c.recv), "future", len(e.future), "incoming", len(e.ins), "epoch", e.routes.Epoch)
+		}
+		if all || force && time.Since(c.started) > e.exportTimeout {
+			c.exported = true
+			ready = append(ready, c)
+		}
+	}
+	return ready
+}
+
+func (e *serverElastic) tickLoop() {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.po.Done():
+			return
+		case <-t.C:
+			e.mu.Lock()
+			ready := e.readyCuts(true)
+			e.mu.Unlock()
+			for _, c := range ready {
+				go e.export(c)
+			}
+		}
+	}
+}
+
+// export hands the cut's keys to the scheduler, which installs them on the
+// new owner.
+func (e *serverElastic) export(c *cut) {
+	var state []byte
+	var err error
+	if e.mig == nil {
+		err = errors.New("this server's handler cannot export state (no Migrator)")
+	} else {
+		state, err = e.mig.Export(c.mv.Begin, c.mv.End)
+	}
+	if err != nil {
+		e.po.Logger().Error("elastic: export failed; the scheduler will abort the move", "move", fmt.Sprintf("%+v", c.mv), "err", err)
+		return
+	}
+	if _, err := e.link.Call(message.SchedulerID, ElasticExport, MarshalMove(c.mv, state), time.Minute); err != nil {
+		e.po.Logger().Error("elastic: export not delivered", "err", err)
+	}
+}
+
+// redirect answers a request with "not applied here; re-route with a table
+// of at least epoch", echoing its keys so the worker knows which part.
+func (e *serverElastic) redirect(m *message.Message, epoch uint64) {
+	r := &message.Message{Meta: message.NewMeta()}
+	r.Meta.AppID = m.Meta.AppID
+	r.Meta.CustomerID = m.Meta.CustomerID
+	r.Meta.Push, r.Meta.Pull = m.Meta.Push, m.Meta.Pull
+	r.Meta.Head = m.Meta.Head
+	r.Meta.Timestamp = m.Meta.Timestamp
+	r.Meta.Recver = m.Meta.Sender
+	r.Meta.Ext.Redirect = true
+	r.Meta.Ext.Epoch = epoch
+	if len(m.Data) > 0 {
+		r.AddData(message.Uint64, m.Data[0])
+		r.AddData(message.Other, nil)
+	}
+	e.s.redirected.Add(1)
+	if _, err := e.po.Send(r); err != nil {
+		e.po.Logger().Error("elastic: redirect not sent", "to", m.Meta.Sender, "err", err)
+	}
+}

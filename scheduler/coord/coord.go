@@ -1,0 +1,283 @@
+// Package coord is the scheduler's migration coordinator: it carries out
+// moves of key ranges between servers, one reconfiguration at a time, over
+// the elastic control messages of package kv. What to move is decided by
+// package rebalance; how a move stays exactly-once is described in
+// Coordinator.Move.
+package coord
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// Coordinator runs migrations on the scheduler.
+type Coordinator struct {
+	po   *postoffice.Postoffice
+	link *kv.ElasticLink
+	log  *slog.Logger
+
+	// Timeout bounds each step (a node's answer, the old owner's export).
+	Timeout time.Duration
+
+	moveMu  sync.Mutex // one reconfiguration at a time
+	exports chan export
+
+	mu      sync.Mutex
+	history []Result
+	onLoad  func(from int32, report []byte)
+}
+
+type export struct {
+	mv    kv.Move
+	state []byte
+}
+
+// Result describes one finished (or aborted) move.
+type Result struct {
+	Move     kv.Move
+	CutSeq   uint64
+	Bytes    int // state moved
+	Started  time.Time
+	Duration time.Duration // from prepare to commit
+	Err      error
+}
+
+// New starts a coordinator on the scheduler's postoffice.
+func New(po *postoffice.Postoffice) (*Coordinator, error) {
+	if po.Role() != message.RoleScheduler {
+		return nil, errors.New("coord: the coordinator runs on the scheduler")
+	}
+	link, err := kv.NewElasticLink(po)
+	if err != nil {
+		return nil, err
+	}
+	c := &Coordinator{po: po, link: link, log: po.Logger(), Timeout: 30 * time.Second, exports: make(chan export, 4)}
+	link.Handle(c.handle)
+	return c, nil
+}
+
+// OnLoadReport sets the function that receives servers' load reports.
+func (c *Coordinator) OnLoadReport(f func(from int32, report []byte)) {
+	c.mu.Lock()
+	c.onLoad = f
+	c.mu.Unlock()
+}
+
+// handle runs in the link's customer goroutine: it must not block.
+func (c *Coordinator) handle(from int32, head int32, body []byte) ([]byte, error) {
+	switch head {
+	case kv.ElasticExport:
+		mv, state, err := kv.UnmarshalMove(body)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case c.exports <- export{mv: mv, state: append([]byte(nil), state...)}:
+		default:
+			return nil, errors.New("coord: no migration is waiting for this export")
+		}
+		return nil, nil
+	case kv.ElasticReport:
+		c.mu.Lock()
+		f := c.onLoad
+		c.mu.Unlock()
+		if f != nil {
+			f(from, body)
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("coord: unexpected elastic message %d from node %d", head, from)
+}
+
+// History returns the moves carried out so far.
+func (c *Coordinator) History() []Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Result(nil), c.history...)
+}
+
+// Move migrates keys [begin, end) to server `to`, live:
+//
+//  1. prepare: the old owner fixes the cut-over push number S (one past the
+//     highest it has received) and from then on redirects pushes numbered
+//     S or more, so no round of pushes is split;
+//  2. epoch e+1: the table sends pushes below S to the old owner and the
+//     rest to the new one, which parks them until it has the state — the
+//     new owner first, then the old, then the workers;
+//  3. the old owner exports once nothing is in flight and every worker has
+//     delivered its pushes below S, then redirects everything for the keys;
+//  4. the new owner installs the state and lets the parked requests in;
+//  5. epoch e+2: the keys belong to the new owner outright.
+//
+// Every request is applied on exactly one server; redirected ones are
+// re-sent by the worker. If a step fails before the export, the move is
+// aborted and the keys stay where they were.
+func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
+	c.moveMu.Lock()
+	defer c.moveMu.Unlock()
+	res := Result{Started: time.Now()}
+	r0 := c.po.Routing().Current()
+	from, err := owner(r0, begin, end)
+	if err != nil {
+		return res, err
+	}
+	if from == to {
+		return res, fmt.Errorf("coord: keys [%d, %d) are already on node %d", begin, end, to)
+	}
+	if !c.isServer(to) {
+		return res, fmt.Errorf("coord: node %d is not a server of this job", to)
+	}
+	mv := kv.Move{Begin: begin, End: end, From: from, To: to, Epoch: r0.Epoch + 1}
+	res.Move = mv
+	// drain stale exports of an aborted move
+	for len(c.exports) > 0 {
+		<-c.exports
+	}
+	ans, err := c.link.Call(from, kv.ElasticPrepare, kv.MarshalMove(mv, nil), c.Timeout)
+	if err != nil || len(ans) != 8 {
+		return c.finish(res, fmt.Errorf("coord: prepare on node %d: %v", from, err))
+	}
+	res.CutSeq = binary.LittleEndian.Uint64(ans)
+
+	r1 := r0.Split(begin, end)
+	r1.Epoch = mv.Epoch
+	for i := range r1.Intervals {
+		iv := &r1.Intervals[i]
+		if iv.Begin >= begin && iv.End <= end {
+			iv.Prev, iv.Node, iv.CutSeq = from, to, res.CutSeq
+		}
+	}
+	if err := c.publish(r1, to, from); err != nil {
+		c.rollback(r1, mv)
+		return c.finish(res, err)
+	}
+	var ex export
+	select {
+	case ex = <-c.exports:
+	case <-time.After(c.Timeout):
+		c.rollback(r1, mv)
+		return c.finish(res, fmt.Errorf("coord: node %d did not export keys [%d, %d) within %v", from, begin, end, c.Timeout))
+	case <-c.po.Done():
+		return c.finish(res, postoffice.ErrStopped)
+	}
+	if ex.mv != mv {
+		return c.finish(res, fmt.Errorf("coord: node %d exported %+v while %+v was moving", from, ex.mv, mv))
+	}
+	res.Bytes = len(ex.state)
+	if _, err := c.link.Call(to, kv.ElasticImport, kv.MarshalMove(mv, ex.state), c.Timeout); err != nil {
+		// The state left the old owner; without the new one it is gone.
+		// Say so loudly: this is the one failure a move cannot undo.
+		c.log.Error("coord: the new owner did not install exported keys; their values are lost", "move", fmt.Sprintf("%+v", mv), "err", err)
+		return c.finish(res, fmt.Errorf("coord: install on node %d: %w", to, err))
+	}
+	r2 := r1.Clone()
+	r2.Epoch = mv.Epoch + 1
+	for i := range r2.Intervals {
+		r2.Intervals[i].Prev, r2.Intervals[i].CutSeq = 0, 0
+	}
+	r2.Coalesce()
+	if err := c.publish(r2); err != nil {
+		return c.finish(res, err)
+	}
+	return c.finish(res, nil)
+}
+
+func (c *Coordinator) finish(res Result, err error) (Result, error) {
+	res.Duration = time.Since(res.Started)
+	res.Err = err
+	c.mu.Lock()
+	c.history = append(c.history, res)
+	c.mu.Unlock()
+	if err != nil {
+		c.log.Warn("coord: move failed", "move", fmt.Sprintf("%+v", res.Move), "err", err)
+	} else if c.po.Verbose() >= 1 {
+		c.log.Info("coord: moved", "begin", res.Move.Begin, "end", res.Move.End, "from", res.Move.From, "to", res.Move.To,
+			"cut_seq", res.CutSeq, "bytes", res.Bytes, "took", res.Duration)
+	}
+	return res, err
+}
+
+// rollback returns the keys to the old owner after a failed move.
+func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move) {
+	r := r1.Clone()
+	r.Epoch = r1.Epoch + 1
+	for i := range r.Intervals {
+		iv := &r.Intervals[i]
+		if iv.Prev == mv.From {
+			iv.Node, iv.Prev, iv.CutSeq = mv.From, 0, 0
+		}
+	}
+	r.Coalesce()
+	for _, id := range []int32{mv.From, mv.To} {
+		if _, err := c.link.Call(id, kv.ElasticAbort, kv.MarshalMove(mv, nil), c.Timeout); err != nil {
+			c.log.Warn("coord: abort not acknowledged", "node", id, "err", err)
+		}
+	}
+	if err := c.publish(r); err != nil {
+		c.log.Error("coord: rollback table not delivered", "err", err)
+	}
+}
+
+// publish installs r on the scheduler and sends it to the given nodes
+// first (in order), then to every other server and worker.
+func (c *Coordinator) publish(r *postoffice.Routes, first ...int32) error {
+	c.po.Routing().Update(r)
+	body := r.Marshal()
+	sent := map[int32]bool{}
+	order := append([]int32{}, first...)
+	order = append(order, c.po.Members(message.ServerGroup)...)
+	order = append(order, c.po.Members(message.WorkerGroup)...)
+	for _, id := range order {
+		if sent[id] {
+			continue
+		}
+		sent[id] = true
+		if _, err := c.link.Call(id, kv.ElasticRoutes, body, c.Timeout); err != nil {
+			return fmt.Errorf("coord: routing epoch %d not delivered to node %d: %w", r.Epoch, id, err)
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) isServer(id int32) bool {
+	for _, s := range c.po.Members(message.ServerGroup) {
+		if s == id {
+			return true
+		}
+	}
+	return false
+}
+
+// owner returns the single server that owns all of [begin, end).
+func owner(r *postoffice.Routes, begin, end uint64) (int32, error) {
+	if end <= begin {
+		return 0, fmt.Errorf("coord: empty key range [%d, %d)", begin, end)
+	}
+	i := r.Find(begin)
+	if i < 0 {
+		return 0, fmt.Errorf("coord: key %d is outside every server range", begin)
+	}
+	var o int32
+	for ; i < len(r.Intervals) && r.Intervals[i].Begin < end; i++ {
+		iv := r.Intervals[i]
+		if iv.Prev != 0 {
+			return 0, fmt.Errorf("coord: keys [%d, %d) are migrating already", iv.Begin, iv.End)
+		}
+		if o != 0 && iv.Node != o {
+			return 0, fmt.Errorf("coord: keys [%d, %d) span servers %d and %d; move one server's part at a time", begin, end, o, iv.Node)
+		}
+		o = iv.Node
+	}
+	if last := r.Intervals[len(r.Intervals)-1].End; end > last {
+		return 0, fmt.Errorf("coord: key %d is outside every server range", end-1)
+	}
+	return o, nil
+}

@@ -1,0 +1,199 @@
+package coord
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/stretchr/testify/require"
+)
+
+type elasticJob struct {
+	sched   *postoffice.Postoffice
+	coord   *Coordinator
+	servers []*postoffice.Postoffice
+	stores  []*kv.DefaultHandler
+	srvs    []*kv.Server
+	workers []*postoffice.Postoffice
+	kvw     []*kv.Worker
+}
+
+func logger() *slog.Logger {
+	if os.Getenv("COORD_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startElasticJob runs a scheduler with a coordinator, servers with the
+// sum store and workers, all in elastic mode, over real ZeroMQ sockets.
+func startElasticJob(t *testing.T, ns, nw int) *elasticJob {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	newNode := func(role message.Role) *postoffice.Postoffice {
+		cfg := postoffice.Config{Role: role, NumServers: ns, NumWorkers: nw, SchedulerHost: "127.0.0.1",
+			SchedulerPort: port, NodeHost: "127.0.0.1", Logger: logger()}
+		po, err := postoffice.Open(cfg)
+		require.NoError(t, err)
+		t.Cleanup(po.Stop)
+		return po
+	}
+	j := &elasticJob{sched: newNode(message.RoleScheduler)}
+	j.coord, err = New(j.sched)
+	require.NoError(t, err)
+	j.coord.Timeout = 10 * time.Second
+	for range ns {
+		po := newNode(message.RoleServer)
+		srv, err := kv.NewServer(po, 0)
+		require.NoError(t, err)
+		store := kv.NewDefaultHandler()
+		srv.SetRequestHandler(store.Handle)
+		require.NoError(t, srv.EnableElastic(store))
+		j.servers, j.stores, j.srvs = append(j.servers, po), append(j.stores, store), append(j.srvs, srv)
+	}
+	for range nw {
+		po := newNode(message.RoleWorker)
+		w, err := kv.NewWorker(po, 0, 0)
+		require.NoError(t, err)
+		require.NoError(t, kv.EnableElastic(po))
+		j.workers, j.kvw = append(j.workers, po), append(j.kvw, w)
+	}
+	var wg sync.WaitGroup
+	for _, po := range append(append([]*postoffice.Postoffice{j.sched}, j.servers...), j.workers...) {
+		wg.Add(1)
+		go func() { defer wg.Done(); require.NoError(t, po.StartWithBarrier(0)) }()
+	}
+	wg.Wait()
+	return j
+}
+
+// Many migrations while workers push: every acknowledged push is in the
+// final sums, exactly, in asynchronous (pipelined pushes, no barriers) and
+// synchronous (a barrier after every round) modes.
+func TestNoLostUpdateUnderMigrations(t *testing.T) {
+	for _, syncMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", syncMode), func(t *testing.T) {
+			const ns, nw, keysPerServer, minMoves = 3, 2, 12, 25
+			// Synchronous workers run a fixed number of rounds (they meet
+			// at a barrier every round); asynchronous ones push until
+			// enough migrations have happened.
+			rounds := 2000
+			if syncMode {
+				rounds = 150
+			}
+			var movesDone atomic.Int64
+			j := startElasticJob(t, ns, nw)
+			ranges := j.workers[0].ServerKeyRanges()
+			var keys []uint64
+			var vals []float32
+			for s, r := range ranges {
+				for i := range keysPerServer {
+					keys = append(keys, r.Begin+uint64(i*10))
+					vals = append(vals, float32(s*100+i+1))
+				}
+			}
+			var moving atomic.Bool
+			moving.Store(true)
+			moves := make(chan error, 1)
+			go func() {
+				rng := rand.New(rand.NewPCG(1, 2))
+				var firstErr error
+				for moving.Load() {
+					k := keys[rng.IntN(len(keys))]
+					width := uint64(1 + rng.IntN(3)*10) // one key or a few
+					to := int32(message.ServerRankToID(rng.IntN(ns)))
+					_, err := j.coord.Move(k, k+width, to)
+					if err == nil {
+						movesDone.Add(1)
+					} else if firstErr == nil && !isBenign(err) {
+						firstErr = err
+					}
+				}
+				moves <- firstErr
+			}()
+			var wg sync.WaitGroup
+			pushes := make([]int, nw)
+			for wi, w := range j.kvw {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var pending []int32
+					for r := range rounds {
+						if !syncMode && movesDone.Load() >= minMoves {
+							break
+						}
+						pushes[wi]++
+						ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+						require.NoError(t, err)
+						pending = append(pending, ts)
+						if syncMode || len(pending) == 4 {
+							for _, ts := range pending {
+								require.NoError(t, w.Wait(ts), "worker %d round %d", wi, r)
+							}
+							pending = pending[:0]
+						}
+						if syncMode {
+							require.NoError(t, j.workers[wi].Barrier(0, message.WorkerGroup))
+						}
+					}
+					for _, ts := range pending {
+						require.NoError(t, w.Wait(ts))
+					}
+				}()
+			}
+			wg.Wait()
+			moving.Store(false)
+			require.NoError(t, <-moves)
+			var got []float32
+			ts, err := kv.Pull(j.kvw[0], keys, &got, nil, kv.Options{})
+			require.NoError(t, err)
+			require.NoError(t, j.kvw[0].Wait(ts))
+			total := float32(pushes[0] + pushes[1])
+			for i, v := range vals {
+				require.Equal(t, v*total, got[i], "key %d", keys[i])
+			}
+			ok := 0
+			for _, h := range j.coord.History() {
+				if h.Err == nil {
+					ok++
+				}
+			}
+			redirects := int64(0)
+			for _, w := range j.kvw {
+				redirects += w.Redirects()
+			}
+			t.Logf("%d moves done, %d pushes, %d redirects", ok, pushes, redirects)
+			require.GreaterOrEqual(t, ok, 10, "too few migrations happened to test anything")
+			// the keys really are spread differently now
+			require.Greater(t, j.sched.Routing().Epoch(), uint64(10))
+		})
+	}
+}
+
+// isBenign: random moves that target the current owner, or cross two
+// owners, are refused before anything happens.
+func isBenign(err error) bool {
+	return err != nil && (contains(err.Error(), "are already on node") || contains(err.Error(), "span servers"))
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
