@@ -200,14 +200,31 @@ func (e *ElasticLink) Handle(h func(from int32, head int32, body []byte) ([]byte
 	e.l.SetHandler(func(d SimpleData) ([]byte, error) { return h(d.Sender, d.Head, d.Body) })
 }
 
-// EnableElastic makes a worker follow routing-table updates from the
-// scheduler. Servers enable it with Server.EnableElastic.
+// workerLinks holds each worker postoffice's elastic link (one per node).
+var workerLinks sync.Map // *postoffice.Postoffice -> *elasticLink
+
+// EnableElastic makes a worker node follow routing-table updates from the
+// scheduler (PS_ELASTIC). Servers enable it with Server.EnableElastic. It
+// is idempotent per node.
 func EnableElastic(po *postoffice.Postoffice) error {
+	_, err := workerLink(po)
+	return err
+}
+
+func workerLink(po *postoffice.Postoffice) (*elasticLink, error) {
+	if l, ok := workerLinks.Load(po); ok {
+		return l.(*elasticLink), nil
+	}
 	l, err := newElasticLink(po)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if prev, loaded := workerLinks.LoadOrStore(po, l); loaded {
+		l.app.Close()
+		return prev.(*elasticLink), nil
 	}
 	po.SetElastic(true)
+	po.RegisterExitCallback(func() { workerLinks.Delete(po) })
 	l.SetHandler(func(d SimpleData) ([]byte, error) {
 		if d.Head != ElasticRoutes {
 			return nil, fmt.Errorf("a worker does not handle elastic message %d", d.Head)
@@ -219,7 +236,44 @@ func EnableElastic(po *postoffice.Postoffice) error {
 		po.Routing().Update(r)
 		return nil, nil
 	})
+	return l, nil
+}
+
+// EnableElastic puts this worker's node in elastic mode (see the package
+// function) and reports the worker's round trips to the scheduler every
+// PS_REPORT_INTERVAL, which the balancer uses as the job's iteration-time
+// signal.
+func (w *Worker) EnableElastic() error {
+	l, err := workerLink(w.po)
+	if err != nil {
+		return err
+	}
+	go w.reportLoop(l, reportInterval(w.po))
 	return nil
+}
+
+func (w *Worker) reportLoop(l *elasticLink, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-w.po.Done():
+			return
+		case <-w.c.quit:
+			return
+		case now := <-t.C:
+			ops, rtt, handle := w.rttOps.Swap(0), w.rttNanos.Swap(0), w.handleNanos.Swap(0)
+			r := WorkerReport{Interval: now.Sub(last), Ops: ops}
+			if ops > 0 {
+				r.MeanRTT, r.MeanHandling = time.Duration(rtt/ops), time.Duration(handle/ops)
+			}
+			last = now
+			if err := l.Post(message.SchedulerID, ElasticReport, r.Marshal()); err != nil {
+				w.po.Logger().Debug("elastic: worker report not sent", "err", err)
+			}
+		}
+	}
 }
 
 // elasticMessage is a local marker to re-admit parked requests.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/message"
@@ -21,7 +22,7 @@ type serverElastic struct {
 	s    *Server
 	po   *postoffice.Postoffice
 	link *elasticLink
-	mig  Migrator
+	mig  atomic.Pointer[Migrator]
 
 	mu       sync.Mutex
 	routes   *postoffice.Routes
@@ -32,10 +33,31 @@ type serverElastic struct {
 	future   []*message.Message // requests routed with a newer table than ours
 
 	exportTimeout time.Duration
+	load          loadStats
 }
 
 type inflightReq struct {
 	lo, hi uint64 // first and last key
+	start  time.Time
+	bytes  int
+}
+
+func (e *serverElastic) migrator() Migrator {
+	if m := e.mig.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
+// SetMigrator sets the state hand-over of an elastic server (when
+// EnableElastic was called with nil, as NewServer does under PS_ELASTIC).
+func (s *Server) SetMigrator(m Migrator) error {
+	e := s.elastic.Load()
+	if e == nil {
+		return errors.New("kv: SetMigrator on a server that is not elastic (PS_ELASTIC=1 or EnableElastic)")
+	}
+	e.mig.Store(&m)
+	return nil
 }
 
 // me is this server's id (known once it has registered).
@@ -52,12 +74,16 @@ func (s *Server) EnableElastic(mig Migrator) error {
 	if err != nil {
 		return err
 	}
-	e := &serverElastic{s: s, po: s.po, link: l, mig: mig,
+	e := &serverElastic{s: s, po: s.po, link: l,
 		routes: s.po.Routing().Current(), hist: map[uint64]*keyState{}, inflight: map[*inflightReq]struct{}{},
 		exportTimeout: 2 * time.Second}
+	if mig != nil {
+		e.mig.Store(&mig)
+	}
 	l.SetHandler(e.handle)
 	s.elastic.Store(e)
 	go e.tickLoop()
+	go e.reportLoop(reportInterval(s.po))
 	return nil
 }
 
@@ -177,10 +203,11 @@ func (e *serverElastic) prepare(mv Move) uint64 {
 
 // install takes over mv's keys and lets parked requests through.
 func (e *serverElastic) install(mv Move, state []byte) error {
-	if e.mig == nil {
+	mig := e.migrator()
+	if mig == nil {
 		return errors.New("this server's handler cannot import state (no Migrator)")
 	}
-	if err := e.mig.Import(state); err != nil {
+	if err := mig.Import(state); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -267,15 +294,17 @@ func (e *serverElastic) admit(m *message.Message, keys []uint64) (*inflightReq, 
 			c.recv[w] = max(c.recv[w], seq)
 		}
 	}
-	r := &inflightReq{lo: lo, hi: hi}
+	r := &inflightReq{lo: lo, hi: hi, start: time.Now(), bytes: messageBytes(m)}
 	e.inflight[r] = struct{}{}
 	return r, true
 }
 
 // done closes an in-flight request when it is answered.
 func (e *serverElastic) done(r *inflightReq) {
+	now := time.Now()
 	e.mu.Lock()
 	delete(e.inflight, r)
+	e.load.add(r, now.Sub(r.start))
 	ready := e.readyCuts(false)
 	e.mu.Unlock()
 	for _, c := range ready {
@@ -345,10 +374,10 @@ func (e *serverElastic) tickLoop() {
 func (e *serverElastic) export(c *cut) {
 	var state []byte
 	var err error
-	if e.mig == nil {
+	if mig := e.migrator(); mig == nil {
 		err = errors.New("this server's handler cannot export state (no Migrator)")
 	} else {
-		state, err = e.mig.Export(c.mv.Begin, c.mv.End)
+		state, err = mig.Export(c.mv.Begin, c.mv.End)
 	}
 	if err != nil {
 		e.po.Logger().Error("elastic: export failed; the scheduler will abort the move", "move", fmt.Sprintf("%+v", c.mv), "err", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
@@ -86,6 +87,12 @@ func NewServer(po *postoffice.Postoffice, appID int) (*Server, error) {
 	}
 	s.c = c
 	s.simple.c = c
+	if po.Config().Elastic {
+		if err := s.EnableElastic(nil); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -133,6 +140,11 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 	defer s.closeInflight(meta)
 	out := &outMsg{}
 	m := s.responseTo(meta, &out.msg)
+	if meta.inflight != nil {
+		// elastic mode: the worker splits its round trip into this and
+		// network time
+		m.Meta.Ext.HandleNano = int64(time.Since(meta.inflight.start))
+	}
 	m.Data = out.data[:0]
 	m.Meta.DataType = out.types[:0]
 	if len(res.Keys) > 0 {

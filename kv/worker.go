@@ -82,6 +82,9 @@ type Worker struct {
 
 	dropped   atomic.Int64 // responses that matched no outstanding operation
 	redirects atomic.Int64 // spans re-routed after a server redirected them
+
+	// round trips of completed operations since the last report (elastic)
+	rttOps, rttNanos, handleNanos atomic.Int64
 }
 
 // Redirects counts request spans re-routed because a server no longer (or
@@ -101,6 +104,12 @@ func NewWorker(po *postoffice.Postoffice, appID, customerID int) (*Worker, error
 	}
 	w.c = c
 	w.simple.c = c
+	if po.Config().Elastic {
+		if err := w.EnableElastic(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
@@ -254,6 +263,8 @@ type op struct {
 	err     error
 
 	redirects int
+	start     time.Time // elastic mode: when issued
+	handling  int64     // elastic mode: the slowest server's handling time (ns)
 	waitBuf   [8]int32 // backs waiting for up to 8 servers
 }
 
@@ -314,6 +325,9 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 		dt: dt, cmd: opts.Cmd, prio: opts.Priority}
 	if push {
 		o.vals, o.lensIn = vals, lens
+	}
+	if w.po.Elastic() {
+		o.start = time.Now()
 	}
 	var buf [16]span
 	spans := w.slice(o, 0, len(keys), 0, buf[:0], true, 0)
@@ -588,6 +602,7 @@ func (w *Worker) process(m *message.Message, localErr error) bool {
 	}
 
 	o.waiting = slices.Delete(o.waiting, i, i+1)
+	o.handling = max(o.handling, m.Meta.Ext.HandleNano)
 	switch {
 	case localErr != nil:
 		o.fail(localErr)
@@ -649,6 +664,11 @@ func (o *op) addReply(m *message.Message) error {
 // complete finishes an operation: for a pull, it assembles the replies into
 // the destination; then it runs OnError (on failure) and Callback.
 func (w *Worker) complete(o *op) {
+	if !o.start.IsZero() {
+		w.rttOps.Add(1)
+		w.rttNanos.Add(int64(time.Since(o.start)))
+		w.handleNanos.Add(o.handling)
+	}
 	if o.pull && o.err == nil {
 		o.err = o.assemble()
 	}

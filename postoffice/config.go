@@ -55,6 +55,10 @@ type Config struct {
 	ResendTimeout time.Duration
 	// DropPercent drops that share of received messages (PS_DROP_MSG; debug).
 	DropPercent int
+	// Elastic enables live reassignment of keys between servers (PS_ELASTIC):
+	// routing tables change while the job runs, and every node must be
+	// elasticps (C++ ps-lite nodes would abort on the elastic messages).
+	Elastic bool
 	// CustomerWait is how long a data message for a customer that is not
 	// registered yet is parked before it is dropped with an error (5 s, as
 	// ps-lite's GetCustomer timeout).
@@ -178,6 +182,11 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.DropPercent, err = optionalInt(get, "PS_DROP_MSG", 0, 0, "a percentage 0-100"); err != nil {
 		return c, err
 	}
+	elastic, err := optionalInt(get, "PS_ELASTIC", 0, 0, "0 or 1")
+	if err != nil {
+		return c, err
+	}
+	c.Elastic = elastic != 0
 	return c, nil
 }
 

@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
+	"time"
 
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/rebalance"
+	"github.com/elasticps/elasticps/scheduler/coord"
 )
 
 // statsHead is the SimpleApp head a worker sends to ask a server for its
@@ -34,8 +38,21 @@ func runRole(ctx context.Context, role string) error {
 			return err
 		}
 		defer srv.Close()
-		srv.SetRequestHandler(kv.NewDefaultHandler().Handle)
+		store := kv.NewDefaultHandler()
+		srv.SetRequestHandler(store.Handle)
+		if cfg.Elastic {
+			if err := srv.SetMigrator(store); err != nil {
+				return err
+			}
+		}
 		serveStats(po, srv.Simple())
+	}
+	if cfg.Role == message.RoleScheduler && cfg.Elastic {
+		bal, err := startBalancer(ctx, po)
+		if err != nil {
+			return err
+		}
+		_ = bal
 	}
 	stop := context.AfterFunc(ctx, po.Stop)
 	defer stop()
@@ -73,4 +90,30 @@ func serveStats(po *postoffice.Postoffice, app *kv.SimpleApp) {
 			po.Logger().Error("cannot answer a command", "err", err)
 		}
 	})
+}
+
+// startBalancer runs the PSLD loop on an elastic scheduler: the migration
+// coordinator and the planner, every PS_BALANCE_INTERVAL milliseconds
+// (default 2000).
+func startBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Balancer, error) {
+	c, err := coord.New(po)
+	if err != nil {
+		return nil, err
+	}
+	every := 2 * time.Second
+	if v, err := strconv.Atoi(os.Getenv("PS_BALANCE_INTERVAL")); err == nil && v > 0 {
+		every = time.Duration(v) * time.Millisecond
+	}
+	bal, err := coord.NewBalancer(c, rebalance.DefaultConfig(), every)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-po.Ready():
+			bal.Run(ctx)
+		case <-ctx.Done():
+		}
+	}()
+	return bal, nil
 }

@@ -1,0 +1,187 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/rebalance"
+)
+
+// Balancer closes the PSLD loop on the scheduler: it gathers the servers'
+// and workers' load reports, asks the rebalance planner for a plan every
+// interval, and carries the plan's moves out through the Coordinator.
+type Balancer struct {
+	c        *Coordinator
+	planner  *rebalance.Planner
+	interval time.Duration
+
+	mu      sync.Mutex
+	est     map[int32]*rebalance.Estimator
+	servers map[int32]*kv.LoadReport // latest per server
+	workers map[int32]*kv.WorkerReport
+	trace   []TracePoint
+	start   time.Time
+}
+
+// TracePoint is one interval of the balancer's record, for plots and
+// status: each server's measured busy fraction and bytes/s, and the moves
+// carried out after it.
+type TracePoint struct {
+	At      time.Duration // since the balancer started
+	Busy    map[int32]float64
+	Rate    map[int32]float64 // payload bytes/s handled
+	RTT     time.Duration     // workers' mean operation round trip
+	Plan    string            // plan kind and reason, when it moved something
+	Moves   []rebalance.Move
+	MovedOK int
+}
+
+// NewBalancer connects a planner to c; every interval it plans once.
+func NewBalancer(c *Coordinator, cfg rebalance.Config, interval time.Duration) (*Balancer, error) {
+	p, err := rebalance.NewPlanner(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b := &Balancer{c: c, planner: p, interval: interval, est: map[int32]*rebalance.Estimator{},
+		servers: map[int32]*kv.LoadReport{}, workers: map[int32]*kv.WorkerReport{}, start: time.Now()}
+	c.OnLoadReport(b.report)
+	return b, nil
+}
+
+// report receives a load report (from the link's goroutine; must not block).
+func (b *Balancer) report(from int32, body []byte) {
+	srv, wrk, err := kv.ParseReport(body)
+	if err != nil {
+		b.c.log.Warn("balancer: bad load report", "from", from, "err", err)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if srv != nil {
+		b.servers[from] = srv
+		e := b.est[from]
+		if e == nil {
+			e, _ = rebalance.NewEstimator(rebalance.DefaultEstimatorConfig())
+			b.est[from] = e
+		}
+		var bytes, reqs float64
+		for _, k := range srv.Blocks {
+			bytes += float64(k.Bytes)
+			reqs += float64(k.Requests)
+		}
+		e.Add(rebalance.Sample{At: time.Now(), Bytes: bytes, Requests: reqs, Busy: srv.Busy})
+	} else {
+		b.workers[from] = wrk
+	}
+}
+
+// Trace returns the record so far.
+func (b *Balancer) Trace() []TracePoint {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.trace)
+}
+
+// Run plans every interval until ctx ends.
+func (b *Balancer) Run(ctx context.Context) {
+	t := time.NewTicker(b.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.c.po.Done():
+			return
+		case now := <-t.C:
+			b.Step(now)
+		}
+	}
+}
+
+// Step plans once with the reports received so far and carries out the
+// plan.
+func (b *Balancer) Step(now time.Time) rebalance.Plan {
+	routes := b.c.po.Routing().Current()
+	b.mu.Lock()
+	tp := TracePoint{At: now.Sub(b.start), Busy: map[int32]float64{}, Rate: map[int32]float64{}}
+	var blocks []rebalance.Block
+	ranges := map[uint64][2]uint64{}
+	for id, r := range b.servers {
+		secs := r.Interval.Seconds()
+		if secs <= 0 {
+			continue
+		}
+		var bytes int64
+		for _, k := range r.Blocks {
+			bytes += k.Bytes
+			i := routes.Find(k.Begin)
+			if i < 0 || k.Requests == 0 {
+				continue
+			}
+			if _, dup := ranges[k.Begin]; dup {
+				continue
+			}
+			ranges[k.Begin] = [2]uint64{k.Begin, k.End}
+			blocks = append(blocks, rebalance.Block{ID: k.Begin, Bytes: k.Bytes / k.Requests,
+				Requests: float64(k.Requests) / secs, Server: routes.Intervals[i].Dest(^uint64(0))})
+		}
+		tp.Busy[id] = r.Busy.Seconds() / secs
+		tp.Rate[id] = float64(bytes) / secs
+	}
+	var servers []rebalance.Server
+	for _, id := range b.c.Servers() {
+		s := rebalance.Server{ID: id, Utilization: tp.Busy[id]}
+		if e := b.est[id]; e != nil {
+			s.Capacity = e.Capacity()
+		}
+		servers = append(servers, s)
+	}
+	var rtt time.Duration
+	n := 0
+	for _, w := range b.workers {
+		if w.Ops > 0 {
+			rtt += w.MeanRTT
+			n++
+		}
+	}
+	if n > 0 {
+		rtt /= time.Duration(n)
+	}
+	tp.RTT = rtt
+	b.servers = map[int32]*kv.LoadReport{}
+	b.workers = map[int32]*kv.WorkerReport{}
+	b.mu.Unlock()
+
+	plan := b.planner.Step(rebalance.Observation{Now: now, IterationTime: rtt}, blocks, servers)
+	if plan.Err != nil {
+		b.c.log.Warn("balancer: planner rejected its input", "err", plan.Err)
+	}
+	if len(plan.Moves) > 0 {
+		tp.Plan = fmt.Sprintf("%s: %s", plan.Kind, plan.Reason)
+		tp.Moves = plan.Moves
+		for _, mv := range plan.Moves {
+			r, ok := ranges[mv.Block]
+			if !ok {
+				continue
+			}
+			if _, err := b.c.Move(r[0], r[1], mv.To); err == nil {
+				tp.MovedOK++
+			}
+		}
+		if b.c.po.Verbose() >= 1 {
+			b.c.log.Info("balancer: plan carried out", "plan", tp.Plan, "moves", len(plan.Moves), "ok", tp.MovedOK)
+		}
+	}
+	b.mu.Lock()
+	b.trace = append(b.trace, tp)
+	b.mu.Unlock()
+	return plan
+}
+
+// Servers lists the servers of the job (the coordinator's move targets).
+func (c *Coordinator) Servers() []int32 { return c.po.Members(message.ServerGroup) }
