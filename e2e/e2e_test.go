@@ -237,3 +237,38 @@ func TestServerKilledAndRestarted(t *testing.T) {
 		p.wait(t)
 	}
 }
+
+// Scale-in through the CLI: in an elastic job, `elasticps ctl drain` moves a
+// server's keys away while the worker pushes; the server leaves and exits
+// cleanly, the worker's sums are exact and the job finishes.
+func TestElasticDrainWithCtl(t *testing.T) {
+	port := freePort(t)
+	signal := filepath.Join(t.TempDir(), "drained")
+	env := func(extra ...string) []string {
+		return append([]string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=1", "DMLC_PS_ROOT_URI=127.0.0.1",
+			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1", "PS_ELASTIC=1",
+			fmt.Sprintf("PS_CTL_ADDR=127.0.0.1:%d", port+1)}, extra...)
+	}
+	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
+	s0 := start(t, "server0", env("DMLC_ROLE=server"), elasticpsBin, "server")
+	s1 := start(t, "server1", env("DMLC_ROLE=server"), elasticpsBin, "server")
+	worker := start(t, "worker", env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=elastic", "E2E_SIGNAL_FILE="+signal), selfExe(t))
+	worker.waitFor(t, "elastic worker pushing")
+	ctl := func(args ...string) string {
+		cmd := exec.Command(elasticpsBin, append([]string{"ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", port+1)}, args...)...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "ctl %v: %s", args, out)
+		return string(out)
+	}
+	out := ctl("drain", "10")
+	require.Contains(t, out, `"left": true`)
+	status := ctl("status")
+	require.Contains(t, status, "routing epoch")
+	require.Contains(t, status, "servers [8]", "server 10 still listed:\n%s", status)
+	require.Regexp(t, `(?m)^0\s+18446744073709551614\s+8\s`, status, "all keys should be on server 8:\n%s", status)
+	require.NoError(t, os.WriteFile(signal, nil, 0o644))
+	worker.waitFor(t, "elastic OK")
+	for _, p := range []*proc{worker, s0, s1, sched} {
+		p.wait(t)
+	}
+}

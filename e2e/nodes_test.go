@@ -37,6 +37,8 @@ func runNode(kind string) error {
 		return twoCustomers(po)
 	case "recovery":
 		return recoveryWorker(po)
+	case "elastic":
+		return elasticWorker(po)
 	}
 	return fmt.Errorf("unknown node kind %q", kind)
 }
@@ -191,5 +193,57 @@ func recoveryWorker(po *postoffice.Postoffice) error {
 		return fmt.Errorf("after recovery pulled %v, want %v", got, want)
 	}
 	fmt.Println("recovery OK " + strconv.Itoa(len(got)))
+	return po.Finalize(0, true)
+}
+
+// elasticWorker pushes rounds until the test's signal file appears (the
+// test drains a server meanwhile), then checks the sums exactly.
+func elasticWorker(po *postoffice.Postoffice) error {
+	w, err := kv.NewWorker(po, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if err := po.StartWithBarrier(0); err != nil {
+		return err
+	}
+	var keys []uint64
+	var vals []float32
+	for s, r := range po.ServerKeyRanges() {
+		for i := range 4 {
+			keys = append(keys, r.Begin+uint64(i))
+			vals = append(vals, float32(s*10+i+1))
+		}
+	}
+	do := func(ts int32, err error) error {
+		if err != nil {
+			return err
+		}
+		return w.Wait(ts)
+	}
+	signal := os.Getenv("E2E_SIGNAL_FILE")
+	rounds := 0
+	fmt.Println("elastic worker pushing")
+	for deadline := time.Now().Add(60 * time.Second); ; rounds++ {
+		if _, err := os.Stat(signal); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no signal within 60s")
+		}
+		if err := do(kv.Push(w, keys, vals, nil, kv.Options{})); err != nil {
+			return err
+		}
+	}
+	var got []float32
+	if err := do(kv.Pull(w, keys, &got, nil, kv.Options{})); err != nil {
+		return err
+	}
+	for i, v := range vals {
+		if got[i] != v*float32(rounds) {
+			return fmt.Errorf("key %d: pulled %v after %d rounds, want %v", keys[i], got[i], rounds, v*float32(rounds))
+		}
+	}
+	fmt.Printf("elastic OK after %d rounds, %d redirects\n", rounds, w.Redirects())
 	return po.Finalize(0, true)
 }

@@ -35,6 +35,8 @@ const (
 	ElasticAbort
 	// ElasticReport: server -> scheduler, body = a load report.
 	ElasticReport
+	// ElasticLeave: scheduler -> drained server: leave the job.
+	ElasticLeave
 )
 
 // Move names one migration: keys [Begin, End) go from node From to node

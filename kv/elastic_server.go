@@ -109,6 +109,13 @@ func (e *serverElastic) handle(d SimpleData) ([]byte, error) {
 			return nil, err
 		}
 		return nil, e.install(mv, state)
+	case ElasticLeave:
+		// Answer first, then stop: the scheduler waits for the answer.
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			e.po.LeaveJob()
+		}()
+		return nil, nil
 	case ElasticAbort:
 		mv, _, err := UnmarshalMove(d.Body)
 		if err != nil {

@@ -265,7 +265,7 @@ type op struct {
 	redirects int
 	start     time.Time // elastic mode: when issued
 	handling  int64     // elastic mode: the slowest server's handling time (ns)
-	waitBuf   [8]int32 // backs waiting for up to 8 servers
+	waitBuf   [8]int32  // backs waiting for up to 8 servers
 }
 
 // reply is one server's part of a pull result: views of its frames.

@@ -60,6 +60,7 @@ type Postoffice struct {
 	numStarted atomic.Int32 // customers that called Start
 	myID       atomic.Int32 // myNode.ID, read on the send path without the lock
 	elastic    atomic.Bool  // elastic mode: routing tables change while the job runs
+	left       atomic.Bool  // drained out of the job (scale-in)
 
 	mu        sync.Mutex
 	myNode    message.Node
@@ -849,14 +850,14 @@ func (p *Postoffice) schedulerTickLoop() {
 
 // Members returns the ids of group that are real nodes: on the scheduler,
 // without the aliases of multi-customer processes (which share another
-// id and receive nothing).
+// id and receive nothing) and without servers that left the job.
 func (p *Postoffice) Members(group int) []int32 {
 	ids := p.groups[group]
 	var out []int32
 	for _, id := range ids {
-		alias := false
-		p.schedCall(func(s *scheduler.State) { alias = s.IsAlias(id) })
-		if !alias {
+		skip := false
+		p.schedCall(func(s *scheduler.State) { skip = s.IsAlias(id) || s.Left(id) })
+		if !skip {
 			out = append(out, id)
 		}
 	}
@@ -869,3 +870,32 @@ func (p *Postoffice) SetElastic(on bool) { p.elastic.Store(on) }
 
 // Elastic reports whether elastic mode is on.
 func (p *Postoffice) Elastic() bool { return p.elastic.Load() }
+
+// Leave records on the scheduler that server id left the job after being
+// drained: barriers stop waiting for it and it is never reported dead.
+func (p *Postoffice) Leave(id int32) error {
+	if p.cfg.Role != message.RoleScheduler {
+		return errors.New("postoffice: only the scheduler records that a node left")
+	}
+	var a scheduler.Actions
+	p.schedCall(func(s *scheduler.State) { a = s.Leave(id) })
+	p.apply(a)
+	return nil
+}
+
+// LeaveJob stops this node because the scheduler drained it out of the job
+// (scale-in). Left then reports true, so the process can exit cleanly.
+func (p *Postoffice) LeaveJob() {
+	p.left.Store(true)
+	p.Stop()
+}
+
+// Left reports whether this node left the job on the scheduler's request.
+func (p *Postoffice) Left() bool { return p.left.Load() }
+
+// HasLeft reports, on the scheduler, whether node id left the job.
+func (p *Postoffice) HasLeft(id int32) bool {
+	left := false
+	p.schedCall(func(s *scheduler.State) { left = s.Left(id) })
+	return left
+}

@@ -53,6 +53,7 @@ type State struct {
 	barrier    map[int]map[arrival]bool // group -> who has arrived this round
 	groups     map[int][]int32
 	waiting    []message.Node // restarted nodes waiting for a dead node to replace
+	left       map[int32]bool // drained servers that left the job (scale-in)
 }
 
 // New returns the state at time now.
@@ -65,6 +66,7 @@ func New(cfg Config, now time.Time) *State {
 		heartbeats: map[int32]time.Time{},
 		barrier:    map[int]map[arrival]bool{},
 		groups:     Groups(cfg.NumServers, cfg.NumWorkers),
+		left:       map[int32]bool{},
 	}
 	return s
 }
@@ -282,7 +284,7 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 // has arrived, a response goes to each (non-alias) member.
 func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Actions {
 	var a Actions
-	members, ok := s.groups[int(group)]
+	_, ok := s.groups[int(group)]
 	if !ok || group < 1 || group > 7 {
 		a.Errors = append(a.Errors, fmt.Errorf("BARRIER from node %d names group %d: valid groups are 1-7", sender, group))
 		return a
@@ -297,13 +299,33 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 		s.barrier[int(group)] = round
 	}
 	round[arrival{sender, customerID}] = true
-	a.Events = append(a.Events, fmt.Sprintf("barrier count for group %d: %d/%d", group, len(round), len(members)))
-	if len(round) < len(members) {
+	return s.releaseIfComplete(int(group), appID, customerID, a)
+}
+
+// releaseIfComplete releases group's barrier when every member that has not
+// left has arrived.
+func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions) Actions {
+	members := s.groups[group]
+	round := s.barrier[group]
+	need, have := 0, 0
+	for _, id := range members {
+		if s.left[id] {
+			continue
+		}
+		need++
+	}
+	for arr := range round {
+		if !s.left[arr.node] {
+			have++
+		}
+	}
+	a.Events = append(a.Events, fmt.Sprintf("barrier count for group %d: %d/%d", group, have, need))
+	if have < need || round == nil {
 		return a
 	}
-	delete(s.barrier, int(group))
+	delete(s.barrier, group)
 	for _, id := range members {
-		if s.IsAlias(id) {
+		if s.IsAlias(id) || s.left[id] {
 			continue
 		}
 		m := &message.Message{Meta: message.NewMeta()}
@@ -312,7 +334,7 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 		m.Meta.CustomerID = customerID
 		m.Meta.Control.Cmd = message.CmdBarrier
 		// ps-lite sends uninitialised memory here; we send the group.
-		m.Meta.Control.BarrierGroup = group
+		m.Meta.Control.BarrierGroup = int32(group)
 		a.Send = append(a.Send, m)
 	}
 	return a
@@ -339,7 +361,7 @@ func (s *State) DeadNodes(now time.Time, timeout time.Duration) []int32 {
 	var dead []int32
 	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
 		last, ok := s.heartbeats[id]
-		if s.IsAlias(id) {
+		if s.IsAlias(id) || s.left[id] {
 			continue
 		}
 		if !ok || now.After(last.Add(timeout)) {
@@ -366,3 +388,26 @@ func (s *State) Tick(now time.Time) Actions {
 
 // Waiting is the number of restarted nodes waiting for a dead node.
 func (s *State) Waiting() int { return len(s.waiting) }
+
+// Leave records that server id left the job after being drained
+// (scale-in): barriers stop waiting for it, it is never reported dead, and
+// barriers it was the last one missing from are released now.
+func (s *State) Leave(id int32) Actions {
+	var a Actions
+	if s.left[id] {
+		return a
+	}
+	s.left[id] = true
+	a.Events = append(a.Events, fmt.Sprintf("node %d left the job", id))
+	for group, round := range s.barrier {
+		var appID, customerID int32
+		for arr := range round {
+			customerID = arr.customer
+		}
+		a = s.releaseIfComplete(group, appID, customerID, a)
+	}
+	return a
+}
+
+// Left reports whether id left the job.
+func (s *State) Left(id int32) bool { return s.left[id] }

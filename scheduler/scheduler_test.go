@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -270,5 +271,34 @@ func TestBarrierArrivalsAreASet(t *testing.T) {
 	}
 	if a := s.Barrier(9, 0, 0, message.AllGroup); len(a.Send) != 3 {
 		t.Fatalf("want 3 releases, got %d", len(a.Send))
+	}
+}
+
+// A drained server that leaves no longer holds barriers up, is never dead,
+// and a barrier it was the last one missing from is released at once.
+func TestLeave(t *testing.T) {
+	s := ready(t, 2, 1) // servers 8, 10; worker 9
+	s.Barrier(8, 0, 0, message.AllGroup)
+	s.Barrier(9, 0, 0, message.AllGroup)
+	if a := s.Barrier(1, 0, 0, message.AllGroup); len(a.Send) != 0 {
+		t.Fatal("released without server 10")
+	}
+	a := s.Leave(10)
+	if len(a.Send) != 3 {
+		t.Fatalf("leave of the last missing member: %d releases, want 3", len(a.Send))
+	}
+	for _, m := range a.Send {
+		if m.Meta.Recver == 10 {
+			t.Error("release sent to the node that left")
+		}
+	}
+	if d := s.DeadNodes(t0.Add(time.Hour), time.Second); slices.Contains(d, 10) {
+		t.Errorf("a node that left is reported dead: %v", d)
+	}
+	// next round needs only 8, 9 and the scheduler
+	s.Barrier(8, 0, 0, message.AllGroup)
+	s.Barrier(9, 0, 0, message.AllGroup)
+	if a := s.Barrier(1, 0, 0, message.AllGroup); len(a.Send) != 3 {
+		t.Fatalf("round after leave: %d releases, want 3", len(a.Send))
 	}
 }

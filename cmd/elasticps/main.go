@@ -27,10 +27,12 @@ commands:
   server       run a server with the default element-wise sum store
   local        start a local job: elasticps local -s S -w W [opts] -- CMD ARGS
   demo         train logistic regression on a local job and print a summary
+  ctl          status, move, drain on an elastic scheduler (PS_ELASTIC=1)
 
 Environment (ps-lite's names): DMLC_ROLE, DMLC_NUM_WORKER, DMLC_NUM_SERVER,
 DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST, DMLC_INTERFACE, PORT,
-DMLC_LOCAL, PS_VERBOSE, PS_HEARTBEAT_INTERVAL, PS_HEARTBEAT_TIMEOUT, PS_RESEND.
+DMLC_LOCAL, PS_VERBOSE, PS_HEARTBEAT_INTERVAL, PS_HEARTBEAT_TIMEOUT, PS_RESEND,
+PS_ELASTIC, PS_CTL_ADDR, PS_BALANCE_INTERVAL, PS_REPORT_INTERVAL.
 `
 
 func main() {
@@ -54,6 +56,8 @@ func run(args []string) int {
 		err = runLocal(ctx, args[1:])
 	case "demo":
 		err = runDemo(ctx, args[1:])
+	case "ctl":
+		err = runCtl(args[1:])
 	case "demo-node":
 		err = runDemoNode(ctx)
 	case "help", "-h", "--help":

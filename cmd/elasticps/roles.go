@@ -70,6 +70,10 @@ func runRole(ctx context.Context, role string) error {
 		po.Logger().Info("started", "node", po.MyNode().String())
 	}
 	if err := po.Finalize(0, true); err != nil {
+		if po.Left() {
+			po.Logger().Info("drained by the scheduler; leaving the job")
+			return nil
+		}
 		return fmt.Errorf("%s finalize: %w", role, err)
 	}
 	return ctx.Err()
@@ -108,6 +112,15 @@ func startBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Balan
 	if err != nil {
 		return nil, err
 	}
+	addr := os.Getenv("PS_CTL_ADDR")
+	if addr == "" {
+		addr = fmt.Sprintf("%s:%d", po.Config().SchedulerHost, po.Config().SchedulerPort+1)
+	}
+	bound, err := c.ServeControl(addr)
+	if err != nil {
+		return nil, err
+	}
+	po.Logger().Info("elastic: control API (elasticps ctl)", "addr", bound)
 	go func() {
 		select {
 		case <-po.Ready():

@@ -197,3 +197,63 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// Scale-in: a server is drained while workers push, leaves the job, and
+// the final sums are exact; a later barrier on all nodes does not wait for
+// it.
+func TestDrainAndLeave(t *testing.T) {
+	const ns, nw, rounds = 3, 2, 200
+	j := startElasticJob(t, ns, nw)
+	var keys []uint64
+	var vals []float32
+	for s, r := range j.workers[0].ServerKeyRanges() {
+		for i := range 8 {
+			keys = append(keys, r.Begin+uint64(i))
+			vals = append(vals, float32(s*10+i+1))
+		}
+	}
+	var wg sync.WaitGroup
+	for _, w := range j.kvw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+				require.NoError(t, err)
+				require.NoError(t, w.Wait(ts))
+			}
+		}()
+	}
+	drained := int32(message.ServerRankToID(1))
+	res, err := j.coord.Drain(drained)
+	require.NoError(t, err)
+	require.NotEmpty(t, res)
+	wg.Wait()
+	for _, iv := range j.sched.Routing().Current().Intervals {
+		require.NotEqual(t, drained, iv.Node, "interval still on the drained server")
+	}
+	var gone *postoffice.Postoffice
+	var stay []*postoffice.Postoffice
+	for _, po := range j.servers {
+		if po.MyNode().ID == drained {
+			gone = po
+		} else {
+			stay = append(stay, po)
+		}
+	}
+	require.Eventually(t, gone.Left, 5*time.Second, 10*time.Millisecond)
+	var got []float32
+	ts, err := kv.Pull(j.kvw[0], keys, &got, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+	for i, v := range vals {
+		require.Equal(t, v*rounds*nw, got[i], "key %d", keys[i])
+	}
+	// the job's final barrier completes without the server that left
+	var bw sync.WaitGroup
+	for _, po := range append(append([]*postoffice.Postoffice{j.sched}, stay...), j.workers...) {
+		bw.Add(1)
+		go func() { defer bw.Done(); require.NoError(t, po.Barrier(0, message.AllGroup)) }()
+	}
+	bw.Wait()
+}

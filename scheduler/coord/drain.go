@@ -1,0 +1,60 @@
+package coord
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// Drain moves every key range of server id to the other servers (spread
+// by key count, least loaded first), then lets the server leave the job:
+// barriers stop waiting for it and its process exits (scale-in).
+func (c *Coordinator) Drain(id int32) ([]Result, error) {
+	if !c.isServer(id) {
+		return nil, fmt.Errorf("coord: node %d is not a server of this job", id)
+	}
+	var others []int32
+	for _, s := range c.Servers() {
+		if s != id && !c.po.HasLeft(s) {
+			others = append(others, s)
+		}
+	}
+	if len(others) == 0 {
+		return nil, fmt.Errorf("coord: cannot drain node %d: it is the only server", id)
+	}
+	var results []Result
+	for {
+		r := c.po.Routing().Current()
+		i := slices.IndexFunc(r.Intervals, func(iv postoffice.Interval) bool { return iv.Node == id })
+		if i < 0 {
+			break
+		}
+		// the target holding the fewest intervals takes the next one
+		load := map[int32]int{}
+		for _, iv := range r.Intervals {
+			load[iv.Node]++
+		}
+		to := others[0]
+		for _, o := range others[1:] {
+			if load[o] < load[to] {
+				to = o
+			}
+		}
+		iv := r.Intervals[i]
+		res, err := c.Move(iv.Begin, iv.End, to)
+		results = append(results, res)
+		if err != nil {
+			return results, fmt.Errorf("coord: drain of node %d stopped: %w", id, err)
+		}
+	}
+	if err := c.po.Leave(id); err != nil {
+		return results, err
+	}
+	if _, err := c.link.Call(id, kv.ElasticLeave, nil, c.Timeout); err != nil {
+		c.log.Warn("coord: drained server did not acknowledge leaving", "node", id, "err", err)
+	}
+	c.log.Info("coord: server drained and left", "node", id, "moves", len(results))
+	return results, nil
+}
