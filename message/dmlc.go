@@ -78,6 +78,7 @@ const (
 	fNodePort       = 4
 	fNodeIsRecovery = 5
 	fNodeCustomerID = 10
+	fNodeStandby    = 14 // elasticps extension
 )
 
 var metaFieldNames = map[uint64]string{
@@ -95,7 +96,7 @@ var controlFieldNames = map[uint64]string{
 
 var nodeFieldNames = map[uint64]string{
 	fNodeRole: "role", fNodeID: "id", fNodeHostname: "hostname", fNodePort: "port",
-	fNodeIsRecovery: "is_recovery", fNodeCustomerID: "customer_id",
+	fNodeIsRecovery: "is_recovery", fNodeCustomerID: "customer_id", fNodeStandby: "standby",
 }
 
 // tag returns the key of a field: number and wire type as protobuf combines them.
@@ -153,7 +154,17 @@ func (n *Node) encodedLen() int {
 		1 + sizeVarint(uint64(len(n.Hostname))) + len(n.Hostname) +
 		1 + sizeInt32(n.Port) +
 		2 + // is_recovery
-		1 + sizeInt32(n.CustomerID)
+		1 + sizeInt32(n.CustomerID) +
+		standbyLen(n.Standby)
+}
+
+// standbyLen: the standby extension is written only when set, so C++
+// ps-lite never sees it from ordinary nodes.
+func standbyLen(on bool) int {
+	if on {
+		return 2
+	}
+	return 0
 }
 
 func (n *Node) appendTo(dst []byte) []byte {
@@ -164,7 +175,11 @@ func (n *Node) appendTo(dst []byte) []byte {
 	dst = appendString(dst, fNodeHostname, n.Hostname)
 	dst = appendInt32(dst, fNodePort, n.Port)
 	dst = appendBool(dst, fNodeIsRecovery, n.IsRecovery)
-	return appendInt32(dst, fNodeCustomerID, n.CustomerID)
+	dst = appendInt32(dst, fNodeCustomerID, n.CustomerID)
+	if n.Standby {
+		dst = appendBool(dst, fNodeStandby, true)
+	}
+	return dst
 }
 
 func (c *Control) encodedLen() int {
@@ -796,6 +811,8 @@ func (r *reader) node(n *Node) {
 			n.IsRecovery = r.scalar(num, wt, at) != 0
 		case fNodeCustomerID:
 			n.CustomerID = r.int32(num, wt, at)
+		case fNodeStandby:
+			n.Standby = r.scalar(num, wt, at) != 0
 		default:
 			r.skip(num, wt, at, 0)
 		}

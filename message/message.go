@@ -139,6 +139,10 @@ type Node struct {
 	Hostname   string
 	Port       int32
 	IsRecovery bool
+	// Standby marks a server that joins a running elastic job to take
+	// load (scale-out); it has no logical key range of its own (PBNode
+	// field 14, an elasticps extension written only when set).
+	Standby bool
 }
 
 // NewNode returns a Node with ps-lite's constructor defaults.

@@ -59,6 +59,10 @@ type Config struct {
 	// routing tables change while the job runs, and every node must be
 	// elasticps (C++ ps-lite nodes would abort on the elastic messages).
 	Elastic bool
+	// Standby makes a server join an already running elastic job to take
+	// load (PS_STANDBY, scale-out). It has no key range of its own until the
+	// scheduler moves keys to it.
+	Standby bool
 	// CustomerWait is how long a data message for a customer that is not
 	// registered yet is parked before it is dropped with an error (5 s, as
 	// ps-lite's GetCustomer timeout).
@@ -187,6 +191,14 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		return c, err
 	}
 	c.Elastic = elastic != 0
+	standby, err := optionalInt(get, "PS_STANDBY", 0, 0, "0 or 1")
+	if err != nil {
+		return c, err
+	}
+	c.Standby = standby != 0
+	if c.Standby && (c.Role != message.RoleServer || !c.Elastic) {
+		return c, &EnvError{Var: "PS_STANDBY", Value: "1", Want: "0, or 1 on a server of an elastic job (DMLC_ROLE=server and PS_ELASTIC=1)"}
+	}
 	return c, nil
 }
 

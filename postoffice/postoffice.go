@@ -157,6 +157,7 @@ func (p *Postoffice) Start(customerID int) error {
 		p.mu.Unlock()
 		n.ID = message.Empty
 		n.CustomerID = int32(customerID)
+		n.Standby = p.cfg.Standby
 		m := &message.Message{Meta: message.NewMeta()}
 		m.Meta.Recver = message.SchedulerID
 		m.Meta.Control.Cmd = message.CmdAddNode
@@ -434,7 +435,21 @@ func (p *Postoffice) releaseBarrier() {
 
 // NodeIDs returns the ids of a group (1-7) or of a single node id; nil for
 // an unknown id.
-func (p *Postoffice) NodeIDs(group int) []int32 { return p.groups[group] }
+func (p *Postoffice) NodeIDs(group int) []int32 {
+	if ids, ok := p.groups[group]; ok {
+		return ids
+	}
+	// A node outside the job's fixed groups (a standby server) is known
+	// once connected.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range p.connected {
+		if int(id) == group {
+			return []int32{id}
+		}
+	}
+	return nil
+}
 
 // ServerKeyRanges is ps-lite's GetServerKeyRanges (never changes for a job).
 func (p *Postoffice) ServerKeyRanges() []Range { return p.routing.Ranges() }
@@ -899,3 +914,15 @@ func (p *Postoffice) HasLeft(id int32) bool {
 	p.schedCall(func(s *scheduler.State) { left = s.Left(id) })
 	return left
 }
+
+// Standbys lists, on the scheduler, the servers that joined the running job
+// (scale-out).
+func (p *Postoffice) Standbys() []int32 {
+	var ids []int32
+	p.schedCall(func(s *scheduler.State) { ids = s.Standbys() })
+	return ids
+}
+
+// IsStandby reports whether this node joined the running job as a standby
+// server.
+func (p *Postoffice) IsStandby() bool { return p.cfg.Standby }

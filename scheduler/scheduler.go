@@ -54,6 +54,8 @@ type State struct {
 	groups     map[int][]int32
 	waiting    []message.Node // restarted nodes waiting for a dead node to replace
 	left       map[int32]bool // drained servers that left the job (scale-in)
+	standbys   []message.Node // servers that joined the running job (scale-out)
+	early      []message.Node // standbys that registered before the job was complete
 }
 
 // New returns the state at time now.
@@ -137,6 +139,19 @@ func (s *State) AddNode(now time.Time, sender int32, node message.Node) Actions 
 		a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s:%d has role %s: only servers and workers register", node.Hostname, node.Port, node.Role))
 		return a
 	}
+	if node.Standby {
+		if node.Role != message.RoleServer {
+			a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s %s:%d asks to be a standby: only servers can (PS_STANDBY=1 on a server)", node.Role, node.Hostname, node.Port))
+			return a
+		}
+		if !s.ready {
+			// joins once the job is complete
+			s.early = append(s.early, node)
+			return a
+		}
+		s.join(now, node, &a)
+		return a
+	}
 	if !s.ready {
 		if node.Role == message.RoleServer && s.count(message.RoleServer) >= s.cfg.NumServers ||
 			node.Role == message.RoleWorker && s.count(message.RoleWorker) >= s.cfg.NumWorkers {
@@ -214,6 +229,51 @@ func (s *State) complete(now time.Time, a *Actions) {
 	s.ready = true
 	a.Ready = true
 	a.Events = append(a.Events, fmt.Sprintf("the scheduler is connected to %d workers and %d servers", numWorkers, numServers))
+	early := s.early
+	s.early = nil
+	for _, n := range early {
+		s.join(now, n, a)
+	}
+}
+
+// join adds a standby server to the running job (scale-out): it gets the
+// next server id after the job's own, the full node list, and every other
+// node learns it. It belongs to no group, so barriers do not wait for it;
+// it only serves the keys the coordinator moves to it.
+func (s *State) join(now time.Time, node message.Node, a *Actions) {
+	for _, sb := range s.standbys {
+		if addrKey(sb) == addrKey(node) {
+			return // a repeated registration
+		}
+	}
+	node.ID = int32(message.ServerRankToID(s.cfg.NumServers + len(s.standbys)))
+	s.standbys = append(s.standbys, node)
+	s.byAddr[addrKey(node)] = node.ID
+	s.heartbeats[node.ID] = now
+	a.Connect = append(a.Connect, node)
+	a.Events = append(a.Events, fmt.Sprintf("standby server %s joined as node %d", addrKey(node), node.ID))
+	all := append(slices.Clone(s.nodes), s.standbys...)
+	a.Send = append(a.Send, s.nodeList(node.ID, all))
+	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
+		if s.IsAlias(id) || s.left[id] {
+			continue
+		}
+		a.Send = append(a.Send, s.nodeList(id, []message.Node{node}))
+	}
+	for _, sb := range s.standbys[:len(s.standbys)-1] {
+		a.Send = append(a.Send, s.nodeList(sb.ID, []message.Node{node}))
+	}
+}
+
+// Standbys lists the servers that joined the running job.
+func (s *State) Standbys() []int32 {
+	var ids []int32
+	for _, n := range s.standbys {
+		if !s.left[n.ID] {
+			ids = append(ids, n.ID)
+		}
+	}
+	return ids
 }
 
 func (s *State) nodeList(recver int32, nodes []message.Node) *message.Message {
@@ -298,9 +358,13 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 		round = map[arrival]bool{}
 		s.barrier[int(group)] = round
 	}
+	// A node outside the group (a standby server) waits as a guest and is
+	// released with the group, without counting towards it.
 	round[arrival{sender, customerID}] = true
 	return s.releaseIfComplete(int(group), appID, customerID, a)
 }
+
+func (s *State) isMember(group int, id int32) bool { return slices.Contains(s.groups[group], id) }
 
 // releaseIfComplete releases group's barrier when every member that has not
 // left has arrived.
@@ -315,7 +379,7 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 		need++
 	}
 	for arr := range round {
-		if !s.left[arr.node] {
+		if !s.left[arr.node] && s.isMember(group, arr.node) {
 			have++
 		}
 	}
@@ -324,7 +388,13 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 		return a
 	}
 	delete(s.barrier, group)
-	for _, id := range members {
+	release := slices.Clone(members)
+	for arr := range round {
+		if !s.isMember(group, arr.node) && !slices.Contains(release, arr.node) {
+			release = append(release, arr.node)
+		}
+	}
+	for _, id := range release {
 		if s.IsAlias(id) || s.left[id] {
 			continue
 		}

@@ -302,3 +302,43 @@ func TestLeave(t *testing.T) {
 		t.Fatalf("round after leave: %d releases, want 3", len(a.Send))
 	}
 }
+
+// A standby server joins the running job with the next server id, gets the
+// full node list, is announced to everyone, counts in no barrier and is
+// released with the group it waits on as a guest.
+func TestStandbyJoin(t *testing.T) {
+	s := ready(t, 2, 1) // servers 8, 10; worker 9
+	sb := node(message.RoleServer, "127.0.0.1", 9999)
+	sb.Standby = true
+	a := s.AddNode(t0, message.Empty, sb)
+	if len(a.Connect) != 1 || a.Connect[0].ID != 12 {
+		t.Fatalf("standby connect %+v", a.Connect)
+	}
+	got := map[int32]int{}
+	for _, m := range a.Send {
+		got[m.Meta.Recver] = len(m.Meta.Control.Nodes)
+	}
+	if got[12] != 5 || got[8] != 1 || got[10] != 1 || got[9] != 1 {
+		t.Fatalf("standby announcements %v", got)
+	}
+	if ids := s.Standbys(); len(ids) != 1 || ids[0] != 12 {
+		t.Fatalf("standbys %v", ids)
+	}
+	s.Barrier(12, 0, 0, message.AllGroup) // guest
+	for _, id := range []int32{8, 9} {
+		if a := s.Barrier(id, 0, 0, message.AllGroup); len(a.Send) != 0 {
+			t.Fatal("released early: the standby must not count")
+		}
+	}
+	s.Barrier(10, 0, 0, message.AllGroup)
+	a = s.Barrier(1, 0, 0, message.AllGroup)
+	if len(a.Send) != 5 {
+		t.Fatalf("want 4 members + the guest released, got %d", len(a.Send))
+	}
+	// a worker cannot be a standby
+	w := node(message.RoleWorker, "127.0.0.1", 9998)
+	w.Standby = true
+	if a := s.AddNode(t0, message.Empty, w); len(a.Errors) != 1 {
+		t.Fatal("a standby worker was accepted")
+	}
+}

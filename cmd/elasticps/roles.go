@@ -59,9 +59,10 @@ func runRole(ctx context.Context, role string) error {
 	if err := po.Start(0); err != nil {
 		return fmt.Errorf("%s start: %w", role, err)
 	}
-	// A node that replaced a dead one skips the start barrier, which the
-	// others passed long ago (MXNet and BytePS do the same).
-	if !po.IsRecovery() {
+	// A node that replaced a dead one, or joined as a standby, skips the
+	// start barrier, which the others passed long ago (MXNet and BytePS do
+	// the same after a recovery).
+	if !po.IsRecovery() && !po.IsStandby() {
 		if err := po.Barrier(0, message.AllGroup); err != nil {
 			return fmt.Errorf("%s start barrier: %w", role, err)
 		}

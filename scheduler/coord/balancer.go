@@ -184,4 +184,6 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 }
 
 // Servers lists the servers of the job (the coordinator's move targets).
-func (c *Coordinator) Servers() []int32 { return c.po.Members(message.ServerGroup) }
+func (c *Coordinator) Servers() []int32 {
+	return append(c.po.Members(message.ServerGroup), c.po.Standbys()...)
+}

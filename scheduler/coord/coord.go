@@ -233,7 +233,7 @@ func (c *Coordinator) publish(r *postoffice.Routes, first ...int32) error {
 	body := r.Marshal()
 	sent := map[int32]bool{}
 	order := append([]int32{}, first...)
-	order = append(order, c.po.Members(message.ServerGroup)...)
+	order = append(order, c.Servers()...)
 	order = append(order, c.po.Members(message.WorkerGroup)...)
 	for _, id := range order {
 		if sent[id] {
@@ -248,7 +248,7 @@ func (c *Coordinator) publish(r *postoffice.Routes, first ...int32) error {
 }
 
 func (c *Coordinator) isServer(id int32) bool {
-	for _, s := range c.po.Members(message.ServerGroup) {
+	for _, s := range c.Servers() {
 		if s == id {
 			return true
 		}

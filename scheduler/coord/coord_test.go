@@ -198,10 +198,11 @@ func contains(s, sub string) bool {
 	return false
 }
 
-// Scale-in: a server is drained while workers push, leaves the job, and
-// the final sums are exact; a later barrier on all nodes does not wait for
-// it.
-func TestDrainAndLeave(t *testing.T) {
+// Scale-out then scale-in while workers push: a standby server joins the
+// running job and receives keys, then a server is drained and leaves; the
+// final sums are exact and a later barrier on all nodes does not wait for
+// the server that left (nor count the standby).
+func TestScaleOutAndIn(t *testing.T) {
 	const ns, nw, rounds = 3, 2, 200
 	j := startElasticJob(t, ns, nw)
 	var keys []uint64
@@ -224,6 +225,13 @@ func TestDrainAndLeave(t *testing.T) {
 			}
 		}()
 	}
+	// scale-out: a standby joins and takes one logical range
+	sb := j.startStandby(t)
+	require.Equal(t, int32(message.ServerRankToID(ns)), sb.MyNode().ID)
+	r0 := j.workers[0].ServerKeyRanges()[0]
+	_, err := j.coord.Move(r0.Begin, r0.End, sb.MyNode().ID)
+	require.NoError(t, err)
+	// scale-in: drain server rank 1
 	drained := int32(message.ServerRankToID(1))
 	res, err := j.coord.Drain(drained)
 	require.NoError(t, err)
@@ -251,9 +259,26 @@ func TestDrainAndLeave(t *testing.T) {
 	}
 	// the job's final barrier completes without the server that left
 	var bw sync.WaitGroup
-	for _, po := range append(append([]*postoffice.Postoffice{j.sched}, stay...), j.workers...) {
+	for _, po := range append(append([]*postoffice.Postoffice{j.sched, sb}, stay...), j.workers...) {
 		bw.Add(1)
 		go func() { defer bw.Done(); require.NoError(t, po.Barrier(0, message.AllGroup)) }()
 	}
 	bw.Wait()
+}
+
+// startStandby starts a server with PS_STANDBY semantics on the running job.
+func (j *elasticJob) startStandby(t *testing.T) *postoffice.Postoffice {
+	t.Helper()
+	cfg := j.servers[0].Config()
+	cfg.Standby, cfg.Port = true, 0
+	po, err := postoffice.Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(po.Stop)
+	srv, err := kv.NewServer(po, 0)
+	require.NoError(t, err)
+	store := kv.NewDefaultHandler()
+	srv.SetRequestHandler(store.Handle)
+	require.NoError(t, srv.EnableElastic(store))
+	require.NoError(t, po.Start(0))
+	return po
 }
