@@ -34,6 +34,8 @@ type serverElastic struct {
 
 	exportTimeout time.Duration
 	load          loadStats
+	keys          map[uint64]keyMeta // fallback hand-over: cmd and type per pushed key
+	captures      map[*message.Message]chan captured
 }
 
 type inflightReq struct {
@@ -210,11 +212,13 @@ func (e *serverElastic) prepare(mv Move) uint64 {
 
 // install takes over mv's keys and lets parked requests through.
 func (e *serverElastic) install(mv Move, state []byte) error {
-	mig := e.migrator()
-	if mig == nil {
-		return errors.New("this server's handler cannot import state (no Migrator)")
+	var err error
+	if mig := e.migrator(); mig != nil {
+		err = mig.Import(state)
+	} else {
+		err = e.fallbackImport(state)
 	}
-	if err := mig.Import(state); err != nil {
+	if err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -287,6 +291,9 @@ func (e *serverElastic) admit(m *message.Message, keys []uint64) (*inflightReq, 
 			go e.redirect(m, e.routes.Epoch)
 			return nil, false
 		}
+	}
+	if push && e.migrator() == nil {
+		e.noteKeys(m, keys)
 	}
 	if push {
 		ks := e.hist[lo]
@@ -381,10 +388,10 @@ func (e *serverElastic) tickLoop() {
 func (e *serverElastic) export(c *cut) {
 	var state []byte
 	var err error
-	if mig := e.migrator(); mig == nil {
-		err = errors.New("this server's handler cannot export state (no Migrator)")
-	} else {
+	if mig := e.migrator(); mig != nil {
 		state, err = mig.Export(c.mv.Begin, c.mv.End)
+	} else {
+		state, err = e.fallbackExport(c.mv.Begin, c.mv.End)
 	}
 	if err != nil {
 		e.po.Logger().Error("elastic: export failed; the scheduler will abort the move", "move", fmt.Sprintf("%+v", c.mv), "err", err)

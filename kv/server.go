@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -23,8 +24,9 @@ type ReqMeta struct {
 	DataType message.DataType
 	Priority int32
 
-	responded *atomic.Bool // nil for a ReqMeta built by hand
-	inflight  *inflightReq // elastic mode: closed on Response
+	responded *atomic.Bool  // nil for a ReqMeta built by hand
+	inflight  *inflightReq  // elastic mode: closed on Response
+	capture   chan captured // elastic hand-over: the response goes here, not to the network
 }
 
 // KVPairs are the keys, values and optional per-key lengths (in elements) of
@@ -137,6 +139,11 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 	if meta.responded != nil && meta.responded.Swap(true) {
 		return ErrAlreadyResponded
 	}
+	if meta.capture != nil {
+		// copies: the handler may reuse its response buffers
+		meta.capture <- captured{res: KVPairs{Keys: slices.Clone(res.Keys), Vals: slices.Clone(res.Vals), Lens: slices.Clone(res.Lens)}}
+		return nil
+	}
 	defer s.closeInflight(meta)
 	out := &outMsg{}
 	m := s.responseTo(meta, &out.msg)
@@ -162,6 +169,10 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 func (s *Server) ResponseError(meta ReqMeta, err error) error {
 	if meta.responded != nil && meta.responded.Swap(true) {
 		return ErrAlreadyResponded
+	}
+	if meta.capture != nil {
+		meta.capture <- captured{err: err}
+		return nil
 	}
 	defer s.closeInflight(meta)
 	msg := "unknown error"
@@ -240,6 +251,11 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		return true
 	}
 	if e := s.elastic.Load(); e != nil {
+		if ch := e.takeCapture(m); ch != nil {
+			meta.capture = ch
+			(*s.handler.Load())(meta, data, s)
+			return false
+		}
 		r, ok := e.admit(m, data.Keys)
 		if !ok {
 			return true

@@ -37,7 +37,11 @@ func logger() *slog.Logger {
 
 // startElasticJob runs a scheduler with a coordinator, servers with the
 // sum store and workers, all in elastic mode, over real ZeroMQ sockets.
-func startElasticJob(t *testing.T, ns, nw int) *elasticJob {
+func startElasticJob(t *testing.T, ns, nw int) *elasticJob { return startJobWith(t, ns, nw, false) }
+
+// startJobWith starts the job; with fallback the servers' handlers hide
+// DefaultHandler's Migrator, so keys move by the generic hand-over.
+func startJobWith(t *testing.T, ns, nw int, fallback bool) *elasticJob {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -60,8 +64,13 @@ func startElasticJob(t *testing.T, ns, nw int) *elasticJob {
 		srv, err := kv.NewServer(po, 0)
 		require.NoError(t, err)
 		store := kv.NewDefaultHandler()
-		srv.SetRequestHandler(store.Handle)
-		require.NoError(t, srv.EnableElastic(store))
+		if fallback {
+			srv.SetRequestHandler(opaque{store}.handle)
+			require.NoError(t, srv.EnableElastic(nil))
+		} else {
+			srv.SetRequestHandler(store.Handle)
+			require.NoError(t, srv.EnableElastic(store))
+		}
 		j.servers, j.stores, j.srvs = append(j.servers, po), append(j.stores, store), append(j.srvs, srv)
 	}
 	for range nw {
@@ -281,4 +290,54 @@ func (j *elasticJob) startStandby(t *testing.T) *postoffice.Postoffice {
 	require.NoError(t, srv.EnableElastic(store))
 	require.NoError(t, po.Start(0))
 	return po
+}
+
+// opaque hides DefaultHandler's Migrator: the server then hands keys over
+// through the generic fallback (a capturing pull on the old owner, an
+// initializing push on the new one), as an unchanged C++ server would.
+type opaque struct{ h *kv.DefaultHandler }
+
+func (o opaque) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) { o.h.Handle(meta, data, srv) }
+
+// Moves through the generic fallback keep every update too.
+func TestFallbackHandOver(t *testing.T) {
+	const rounds = 100
+	j := startJobWith(t, 2, 2, true)
+	var keys []uint64
+	var vals []float32
+	for s, r := range j.workers[0].ServerKeyRanges() {
+		for i := range 6 {
+			keys = append(keys, r.Begin+uint64(i))
+			vals = append(vals, float32(s*10+i+1))
+		}
+	}
+	var wg sync.WaitGroup
+	for _, w := range j.kvw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+				require.NoError(t, err)
+				require.NoError(t, w.Wait(ts))
+			}
+		}()
+	}
+	moved := 0
+	for i := 0; moved < 6 && i < 200; i++ {
+		k := keys[i%len(keys)]
+		to := int32(message.ServerRankToID((i / len(keys)) % 2))
+		if _, err := j.coord.Move(k, k+1, to); err == nil {
+			moved++
+		}
+	}
+	wg.Wait()
+	require.GreaterOrEqual(t, moved, 6)
+	var got []float32
+	ts, err := kv.Pull(j.kvw[0], keys, &got, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+	for i, v := range vals {
+		require.Equal(t, v*rounds*2, got[i], "key %d", keys[i])
+	}
 }
