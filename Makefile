@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build demo test deps vet staticcheck unit clean fmt-check
+.PHONY: all build demo test deps vet staticcheck unit unit-tcp rdma clean fmt-check
 
 all: build
 
@@ -26,15 +26,30 @@ fmt-check:
 
 vet: deps
 	$(GO) vet ./...
+	$(GO) vet -tags rdma ./...
+
+STATICCHECK = $$( command -v staticcheck || echo $$($(GO) env GOPATH)/bin/staticcheck )
 
 staticcheck: deps
-	@command -v staticcheck >/dev/null 2>&1 || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
-	$$( command -v staticcheck || echo $$($(GO) env GOPATH)/bin/staticcheck ) ./...
+	@command -v staticcheck >/dev/null 2>&1 || test -x $$($(GO) env GOPATH)/bin/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(STATICCHECK) ./...
+	$(STATICCHECK) -tags rdma ./...
 
+# Every package, race detector on, ZeroMQ van (ps-lite's wire).
 unit: deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 
-test: fmt-check vet staticcheck unit
+# The whole-job suites again over the pure-Go TCP van.
+unit-tcp: deps
+	ELASTICPS_TEST_VAN=tcp $(GO) test -race -count=1 -timeout 10m ./kv ./postoffice
+
+# The RDMA van: its own tests and the whole-job suites over libfabric's
+# tcp;ofi_rxm provider (real one-sided writes; no RDMA device needed).
+rdma: deps
+	$(GO) test -tags rdma -race -count=1 -timeout 10m ./van/rdma/...
+	ELASTICPS_TEST_VAN=fabric $(GO) test -tags rdma -count=1 -timeout 10m ./kv ./postoffice
+
+test: fmt-check vet staticcheck unit unit-tcp rdma
 
 clean:
 	rm -rf $(BIN) cbridge/build compat_tests/build

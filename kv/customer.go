@@ -80,7 +80,9 @@ func NewCustomer(po *postoffice.Postoffice, appID, customerID int, handle func(*
 	})
 }
 
-func newCustomer(po *postoffice.Postoffice, appID, customerID int, h handler) (*Customer, error) {
+// bind, when set, runs before the customer is registered (and so before
+// any message can reach h): owners set their customer field there.
+func newCustomer(po *postoffice.Postoffice, appID, customerID int, h handler, bind ...func(*Customer)) (*Customer, error) {
 	if po == nil {
 		return nil, errors.New("kv: nil postoffice")
 	}
@@ -97,6 +99,9 @@ func newCustomer(po *postoffice.Postoffice, appID, customerID int, h handler) (*
 		exited:     make(chan struct{}),
 		pending:    map[int32]*request{},
 		failed:     map[int32]error{},
+	}
+	for _, b := range bind {
+		b(c)
 	}
 	// The goroutine must run before AddCustomer, which hands over the
 	// messages that arrived early.

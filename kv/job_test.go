@@ -12,7 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
-	"github.com/elasticps/elasticps/van/zmq"
+	"github.com/elasticps/elasticps/van/vantest/anyvan"
 )
 
 // job is a whole ps-lite job (scheduler, servers, workers) running in this
@@ -65,7 +65,7 @@ func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
 	}
 	newNode := func(role message.Role) *postoffice.Postoffice {
 		t.Helper()
-		tr, err := zmq.New(zmq.Config{Logger: base.Logger})
+		tr, err := anyvan.New(base.Logger)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -71,6 +71,8 @@ type Server struct {
 	dropped    atomic.Int64
 	redirected atomic.Int64
 	elastic    atomic.Pointer[serverElastic]
+
+	releaseRequests atomic.Bool
 }
 
 // Redirected counts requests answered with a redirect during migrations.
@@ -83,12 +85,10 @@ func NewServer(po *postoffice.Postoffice, appID int) (*Server, error) {
 		return nil, errors.New("kv: nil postoffice")
 	}
 	s := &Server{po: po, simple: embeddedSimpleApp(po)}
-	c, err := newCustomer(po, appID, appID, s.process)
+	c, err := newCustomer(po, appID, appID, s.process, func(c *Customer) { s.c, s.simple.c = c, c })
 	if err != nil {
 		return nil, err
 	}
-	s.c = c
-	s.simple.c = c
 	if po.Config().Elastic {
 		if err := s.EnableElastic(nil); err != nil {
 			c.Close()
@@ -263,8 +263,18 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		meta.inflight = r
 	}
 	(*s.handler.Load())(meta, data, s)
+	if s.releaseRequests.Load() {
+		s.po.Release(m)
+	}
 	return true
 }
+
+// ReleaseRequests(true) lets the transport reuse a request's buffers as
+// soon as the handler returns, which saves an allocation and a copy per
+// large message. Only for handlers that keep no view of the request's
+// KVPairs after returning (DefaultHandler copies what it stores); without
+// it, KVPairs stay valid as long as the handler holds them.
+func (s *Server) ReleaseRequests(on bool) { s.releaseRequests.Store(on) }
 
 // parseRequest checks a request's frames and returns views of them.
 func parseRequest(m *message.Message, dt message.DataType) (KVPairs, error) {

@@ -42,11 +42,9 @@ type SimpleApp struct {
 func NewSimpleApp(po *postoffice.Postoffice, appID, customerID int) (*SimpleApp, error) {
 	a := &SimpleApp{po: po, owned: true}
 	a.setDefaults()
-	c, err := newCustomer(po, appID, customerID, a.process)
-	if err != nil {
+	if _, err := newCustomer(po, appID, customerID, a.process, func(c *Customer) { a.c = c }); err != nil {
 		return nil, err
 	}
-	a.c = c
 	return a, nil
 }
 

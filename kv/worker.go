@@ -98,12 +98,10 @@ func NewWorker(po *postoffice.Postoffice, appID, customerID int) (*Worker, error
 		return nil, errors.New("kv: nil postoffice")
 	}
 	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), routing: po.Routing()}
-	c, err := newCustomer(po, appID, customerID, w.process)
+	c, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c = c, c })
 	if err != nil {
 		return nil, err
 	}
-	w.c = c
-	w.simple.c = c
 	if po.Config().Elastic {
 		if err := w.EnableElastic(); err != nil {
 			c.Close()
@@ -270,6 +268,7 @@ type op struct {
 
 // reply is one server's part of a pull result: views of its frames.
 type reply struct {
+	msg  *message.Message // handed back to the transport after assembly
 	from int32
 	pos  int // index of keys[0] in the request
 	keys []uint64
@@ -611,6 +610,9 @@ func (w *Worker) process(m *message.Message, localErr error) bool {
 	case o.pull && o.err == nil:
 		o.fail(o.addReply(m))
 	}
+	if !o.pull || len(o.replies) == 0 || o.replies[len(o.replies)-1].msg != m {
+		w.po.Release(m)
+	}
 	if last {
 		w.complete(o)
 		if o.err != nil {
@@ -633,7 +635,7 @@ func (o *op) fail(err error) {
 
 // addReply records one server's pull reply after checking its frames.
 func (o *op) addReply(m *message.Message) error {
-	r := reply{from: m.Meta.Sender}
+	r := reply{from: m.Meta.Sender, msg: m}
 	switch n := len(m.Data); {
 	case n == 0:
 		// An empty reply; complete() reports the keys it lacks.
@@ -671,6 +673,12 @@ func (w *Worker) complete(o *op) {
 	}
 	if o.pull && o.err == nil {
 		o.err = o.assemble()
+	}
+	// The values were copied into the destination: the transport may reuse
+	// the reply buffers.
+	for i := range o.replies {
+		w.po.Release(o.replies[i].msg)
+		o.replies[i] = reply{}
 	}
 	if o.err != nil && o.onErr != nil {
 		o.onErr(o.err)

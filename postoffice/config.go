@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van/rdma"
 )
 
 // Config is everything a node needs to join a job. ConfigFromEnv fills it
@@ -32,7 +33,10 @@ type Config struct {
 	NodeHost string
 	// Port to listen on (PORT); 0 picks a free one.
 	Port int
-	// VanType selects the transport (DMLC_PS_VAN_TYPE): "zmq" (default).
+	// VanType selects the transport (DMLC_PS_VAN_TYPE): "zmq" (default,
+	// ps-lite's wire), "tcp" (pure Go, faster; every node must be
+	// elasticps), "ibverbs" or "fabric" (also DMLC_ENABLE_RDMA; see
+	// van/rdma).
 	VanType string
 	// Local uses ipc:// endpoints instead of tcp (DMLC_LOCAL).
 	Local bool
@@ -144,8 +148,22 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.VanType == "" {
 		c.VanType = "zmq"
 	}
-	if c.VanType != "zmq" {
-		return c, &EnvError{Var: "DMLC_PS_VAN_TYPE", Value: c.VanType, Want: `"zmq"`}
+	// DMLC_ENABLE_RDMA is the BytePS fork's switch (ibverbs or its alias 1,
+	// fabric; 0 or zmq for none); when it names an RDMA van it wins over
+	// DMLC_PS_VAN_TYPE, as in that fork.
+	if v := get("DMLC_ENABLE_RDMA"); v != "" {
+		b, on, err := rdma.ParseBackend(v)
+		if err != nil {
+			return c, &EnvError{Var: "DMLC_ENABLE_RDMA", Value: v, Want: "ibverbs (or 1), fabric, or zmq (or 0)"}
+		}
+		if on {
+			c.VanType = string(b)
+		}
+	}
+	switch c.VanType {
+	case "zmq", "tcp", "ibverbs", "fabric":
+	default:
+		return c, &EnvError{Var: "DMLC_PS_VAN_TYPE", Value: c.VanType, Want: `"zmq", "tcp" (all nodes elasticps), "ibverbs" or "fabric"`}
 	}
 	local, err := optionalInt(get, "DMLC_LOCAL", 0, 0, "0 or 1")
 	if err != nil {

@@ -491,6 +491,15 @@ func (p *Postoffice) Logger() *slog.Logger { return p.log }
 // Stats returns the node's counters.
 func (p *Postoffice) Stats() *Stats { return &p.stats }
 
+// Release hands a received message's buffers back to the transport for
+// reuse, when it pools them (van/zmq and van/tcp do); the message must not
+// be used afterwards.
+func (p *Postoffice) Release(m *message.Message) {
+	if r, ok := p.tr.(interface{ Release(*message.Message) }); ok {
+		r.Release(m)
+	}
+}
+
 // Ready is closed once the node is registered and connected.
 func (p *Postoffice) Ready() <-chan struct{} { return p.ready }
 

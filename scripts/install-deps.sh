@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs the Debian packages elasticps needs when they are missing.
+# Installs the Debian packages elasticps needs when they are missing:
+# libzmq (ZeroMQ van), a C/C++ toolchain (cgo, the bridge, the compat
+# programs), and the RDMA libraries (van/rdma, built with -tags rdma).
 set -euo pipefail
 need=()
-pkg-config --exists libzmq 2>/dev/null || need+=(libzmq3-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)
-command -v g++ >/dev/null || need+=(g++)
-command -v make >/dev/null || need+=(make)
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in libzmq3-dev pkg-config g++ make libibverbs-dev librdmacm-dev libfabric-dev; do
+  have "$p" || need+=("$p")
+done
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 echo "installing missing packages: ${need[*]}"
 SUDO=""

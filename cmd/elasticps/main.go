@@ -28,6 +28,7 @@ commands:
   local        start a local job: elasticps local -s S -w W [opts] -- CMD ARGS
   demo         train logistic regression on a local job and print a summary
   ctl          status, move, drain on an elastic scheduler (PS_ELASTIC=1)
+  bench        transport benchmark matrix (--van zmq|tcp|all, --json, --cpuprofile)
 
 Environment (ps-lite's names): DMLC_ROLE, DMLC_NUM_WORKER, DMLC_NUM_SERVER,
 DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST, DMLC_INTERFACE, PORT,
@@ -56,6 +57,10 @@ func run(args []string) int {
 		err = runLocal(ctx, args[1:])
 	case "demo":
 		err = runDemo(ctx, args[1:])
+	case "bench":
+		err = runBench(ctx, args[1:])
+	case "bench-node":
+		err = runBenchNode(ctx)
 	case "ctl":
 		err = runCtl(args[1:])
 	case "demo-node":

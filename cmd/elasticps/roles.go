@@ -40,6 +40,7 @@ func runRole(ctx context.Context, role string) error {
 		defer srv.Close()
 		store := kv.NewDefaultHandler()
 		srv.SetRequestHandler(store.Handle)
+		srv.ReleaseRequests(true) // the sum store copies what it keeps
 		if cfg.Elastic {
 			if err := srv.SetMigrator(store); err != nil {
 				return err

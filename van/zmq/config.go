@@ -1,6 +1,9 @@
-// Package zmq implements van.Transport over ZeroMQ (libzmq via
-// github.com/pebbe/zmq4), wire-compatible with the ZMQ van of C++ ps-lite
-// (dmlc generation).
+// Package zmq implements van.Transport over ZeroMQ, wire-compatible with the
+// ZMQ van of C++ ps-lite (dmlc generation). It calls libzmq through its own
+// small cgo binding (libzmq.go, shim.c) rather than a general-purpose Go
+// wrapper, so that a message costs one cgo call each way and large frames
+// are sent without a copy (release.go explains how their memory is kept
+// alive and pinned until libzmq is done with it).
 //
 // Topology, as in ps-lite: each Transport owns one ZeroMQ context, one ROUTER
 // socket bound at the node's own address (Bind) on which every message is
@@ -14,6 +17,23 @@
 // protobuf-encoded Meta (message.EncodeMeta) and whose frames 1..n are the
 // raw data frames. Empty frames are legal and preserved (a pull request
 // carries an empty vals frame).
+//
+// Data path: Send hands frames of at least Config.ZeroCopySendMin bytes to
+// libzmq by reference (zmq_msg_init_data) and copies smaller ones; the meta
+// frame is encoded into C memory reused per peer, so a steady-state Send
+// allocates nothing and makes one cgo call. Recv receives a whole message in
+// one cgo call, decodes the meta in place and copies the data frames into Go
+// memory: large frames into pooled buffers that Transport.Release recycles,
+// small ones into one allocation per message.
+//
+// Why Recv copies: handing libzmq's own buffers to the caller (as ps-lite's
+// SArray does) would make every consumer responsible for freeing C memory —
+// a message that is dropped, parked or kept by a handler without an
+// explicit release would leak it, and a received frame echoed back through
+// a zero-copy Send would need reference counting across both directions.
+// Copying into pooled Go memory costs one memcpy (cheap next to the two
+// kernel copies of loopback TCP) and degrades to ordinary garbage collection
+// when a consumer does not call Release, so it is safe by default.
 //
 // Building without cgo: the package still compiles, but New returns
 // ErrNoCgo, so that pure-Go builds of the rest of the tree keep working.
@@ -53,10 +73,23 @@ type Config struct {
 	// makes libzmq drop the offending connection before it is buffered.
 	Limits van.Limits
 
+	// ZeroCopySendMin is the size, in bytes, from which Send hands a data
+	// frame to libzmq without copying it (and the caller must keep it
+	// unchanged until it has been sent; see Transport.Send). Below it,
+	// copying is cheaper than pinning and releasing the frame. 0 means
+	// DefaultZeroCopySendMin; negative copies every frame, as pebbe/zmq4
+	// does (for callers that cannot keep buffers unchanged).
+	ZeroCopySendMin int
+
 	// Logger receives debug logs of binds and connects. Default
 	// slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultZeroCopySendMin is Config.ZeroCopySendMin's default. Measured with
+// BenchmarkSendFrame on loopback: below about 1 KiB a memcpy is cheaper
+// than pinning the frame and taking its release record back.
+const DefaultZeroCopySendMin = 1 << 10
 
 // ErrNoCgo is returned by New in builds without cgo, where libzmq cannot be
 // called.
@@ -80,6 +113,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ZeroCopySendMin == 0 {
+		cfg.ZeroCopySendMin = DefaultZeroCopySendMin
 	}
 	return cfg, nil
 }

@@ -2,13 +2,16 @@
 
 package zmq
 
+/*
+#include "shim.h"
+*/
+import "C"
+
 import (
 	"errors"
 	"fmt"
 	"math"
 	"unsafe"
-
-	zmq4 "github.com/pebbe/zmq4"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
@@ -19,92 +22,119 @@ var (
 	errNoMeta   = errors.New("no meta frame")
 )
 
+// inBuf is the receive side's C state: the zmq_msg_t frames of the message
+// being delivered, which stay open until the next Recv (or Close), and Go
+// views of the C arrays eps_recv fills.
+type inBuf struct {
+	c    *C.eps_in
+	data []unsafe.Pointer // C pointers to each frame's bytes
+	size []C.size_t
+}
+
+func newInBuf(maxFrames int) (*inBuf, error) {
+	limit := maxFrames + 2 // identity, meta, data...
+	c := C.eps_in_new(C.int(limit))
+	if c == nil {
+		return nil, errors.New("van/zmq: out of C memory for the receive buffer")
+	}
+	return &inBuf{
+		c:    c,
+		data: unsafe.Slice((*unsafe.Pointer)(unsafe.Pointer(c.data)), limit),
+		size: unsafe.Slice(c.size, limit),
+	}, nil
+}
+
+// view returns frame i as a []byte over C memory, valid until the next
+// eps_recv or eps_in_free.
+func (b *inBuf) view(i int) []byte {
+	n := int(b.size[i])
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(b.data[i]), n)
+}
+
+func (b *inBuf) free() { C.eps_in_free(b.c) }
+
+// inMsg is a received message with room for its usual frames, so that the
+// message, its frame list and its data_type list are one allocation.
+type inMsg struct {
+	msg   message.Message
+	data  [4][]byte
+	types [4]message.DataType
+}
+
 // Recv implements van.Transport. It blocks until a message arrives on the
 // ROUTER, then sets Meta.Sender from the peer identity ("ps<id>", otherwise
 // message.Empty) and Meta.Recver to this node's id as last given to
 // Connect. Meta.DataSize is the total length of the data frames.
 //
-// Every data frame is a fresh allocation owned by the caller, and every
+// The data frames are copied out of libzmq's buffers into Go memory owned by
+// the caller: frames of at least directReadMin bytes into buffers from a
+// pool (see Release), the others into one allocation per message. Every
 // non-empty frame starts at an 8-byte-aligned address, so it may be viewed
-// as a []uint64 or []float64 in place. (Go allocates 8-byte-aligned blocks
-// for sizes that are multiples of 8 or at least 16 bytes; the rare shorter
-// odd-sized frame is copied into such a block.)
+// as a []uint64 or []float64 in place. Empty frames are non-nil empty
+// slices.
 //
 // Recv must not be called concurrently with itself, and returns an error if
 // called before Bind.
 func (t *Transport) Recv() (*message.Message, error) {
 	t.recvMu.Lock()
 	defer t.recvMu.Unlock()
+	drainReleases()
 	if t.closed.Load() {
 		return nil, van.ErrClosed
 	}
 	if t.router == nil {
 		return nil, errNotBound
 	}
-	return t.recvLocked(t.router)
+	return t.recvLocked()
 }
 
-// recvLocked reads one whole multipart message from the ROUTER r. It always
-// consumes the message to its last frame, even a malformed one, so that the
-// next call starts at a message boundary. Caller holds t.recvMu.
-func (t *Transport) recvLocked(r *zmq4.Socket) (*message.Message, error) {
-	ident, more, err := recvFrame(r)
-	if err != nil {
-		return nil, t.recvErr(err)
+// recvLocked reads one whole multipart message from the ROUTER. eps_recv
+// always consumes the message to its last frame, even a malformed one, so
+// that the next call starts at a message boundary. Caller holds t.recvMu.
+func (t *Transport) recvLocked() (*message.Message, error) {
+	in := t.in
+	if rc := C.eps_recv(t.router.p, in.c); rc != 0 {
+		return nil, t.recvErr(errno(rc))
 	}
+	n := int(in.c.nframes)
+	ident := in.view(0)
 	sender := parseIdentity(ident)
-	if !more {
+	if n < 2 {
 		return nil, frameError(ident, sender, errNoMeta)
 	}
-
-	metaBuf, more, err := recvFrame(r)
-	if err != nil {
-		return nil, t.recvErr(err)
-	}
 	lim := t.cfg.Limits
-	msg := &message.Message{}
-	total := int64(len(metaBuf))
-	var bad error // first reason to reject; remaining frames are then drained
+	held := min(n, len(in.size))
+	total := int64(in.c.dropped_bytes)
+	for i := 1; i < held; i++ {
+		total += int64(in.size[i])
+	}
+	ndata := n - 2
+	metaBuf := in.view(1)
 	switch {
-	case total > lim.MaxMessageBytes:
-		bad = fmt.Errorf("meta frame of %d bytes exceeds the %d-byte message limit", total, lim.MaxMessageBytes)
-	default:
-		if err := message.DecodeMeta(metaBuf, &msg.Meta); err != nil {
-			bad = fmt.Errorf("bad meta frame (%d bytes): %w", len(metaBuf), err)
-		} else if n := len(msg.Meta.DataType); n > lim.MaxFrames {
-			bad = fmt.Errorf("meta announces %d data frames, limit is %d", n, lim.MaxFrames)
-		} else if n > 0 {
-			msg.Data = make([][]byte, 0, n)
-		}
+	case ndata > lim.MaxFrames:
+		return nil, frameError(ident, sender, fmt.Errorf("more than %d data frames", lim.MaxFrames))
+	case int64(len(metaBuf)) > lim.MaxMessageBytes:
+		return nil, frameError(ident, sender, fmt.Errorf("meta frame of %d bytes exceeds the %d-byte message limit", len(metaBuf), lim.MaxMessageBytes))
 	}
-
-	nframes := 0
-	for more {
-		var b []byte
-		b, more, err = recvFrame(r)
-		if err != nil {
-			return nil, t.recvErr(err)
-		}
-		nframes++
-		total += int64(len(b))
-		if bad != nil {
-			continue
-		}
-		switch {
-		case nframes > lim.MaxFrames:
-			bad = fmt.Errorf("more than %d data frames", lim.MaxFrames)
-		case total > lim.MaxMessageBytes:
-			bad = fmt.Errorf("message exceeds %d bytes", lim.MaxMessageBytes)
-		default:
-			msg.Data = append(msg.Data, aligned(b))
-		}
+	im := &inMsg{}
+	msg := &im.msg
+	msg.Meta.DataType = im.types[:0]
+	if err := message.DecodeMeta(metaBuf, &msg.Meta); err != nil {
+		return nil, frameError(ident, sender, fmt.Errorf("bad meta frame (%d bytes): %w", len(metaBuf), err))
 	}
-	if bad == nil {
-		bad = message.CheckFrames(&msg.Meta, nframes)
+	if k := len(msg.Meta.DataType); k > lim.MaxFrames {
+		return nil, frameError(ident, sender, fmt.Errorf("meta announces %d data frames, limit is %d", k, lim.MaxFrames))
 	}
-	if bad != nil {
-		return nil, frameError(ident, sender, bad)
+	if total > lim.MaxMessageBytes {
+		return nil, frameError(ident, sender, fmt.Errorf("message of %d bytes exceeds %d bytes", total, lim.MaxMessageBytes))
 	}
+	if err := message.CheckFrames(&msg.Meta, ndata); err != nil {
+		return nil, frameError(ident, sender, err)
+	}
+	msg.Data = copyFrames(im.data[:0], in, 2, n)
 	msg.Meta.Sender = sender
 	msg.Meta.Recver = t.myID.Load()
 	// data_size is not on the wire (ps-lite's ZMQ van omits it); derive it
@@ -113,23 +143,65 @@ func (t *Transport) recvLocked(r *zmq4.Socket) (*message.Message, error) {
 	return msg, nil
 }
 
-// recvFrame receives one frame and reports whether more frames of the same
-// message follow. pebbe/zmq4 copies the frame out of libzmq's buffer into a
-// new Go slice; an empty frame comes back as a non-nil empty slice.
-func recvFrame(r *zmq4.Socket) ([]byte, bool, error) {
-	b, err := r.RecvBytes(0)
-	if err != nil {
-		return nil, false, err
+// emptyFrame is what an empty data frame is delivered as: non-nil, so that
+// "an empty vals frame" and "no frame" stay distinguishable, and with no
+// capacity, so that appending to it cannot touch anything shared.
+var emptyFrame = make([]byte, 0)
+
+// copyFrames appends Go copies of frames [from, to) of in to dst. Frames
+// of directReadMin bytes or more get a buffer from the pool each; the
+// others share one allocation in which each frame starts 8-byte aligned (Go
+// aligns allocations whose size is a multiple of 8 to 8 bytes).
+func copyFrames(dst [][]byte, in *inBuf, from, to int) [][]byte {
+	total := 0
+	for i := from; i < to; i++ {
+		if n := int(in.size[i]); n < directReadMin {
+			total += (n + 7) &^ 7
+		}
 	}
-	more, err := r.GetRcvmore()
-	if err != nil {
-		return nil, false, err
+	var buf []byte
+	if total > 0 {
+		buf = make([]byte, total)
 	}
-	return b, more, nil
+	off := 0
+	for i := from; i < to; i++ {
+		n := int(in.size[i])
+		if n == 0 {
+			dst = append(dst, emptyFrame)
+			continue
+		}
+		if n >= directReadMin {
+			f := getBuf(n)
+			copy(f, in.view(i))
+			dst = append(dst, f)
+			continue
+		}
+		f := buf[off : off+n : off+n]
+		copy(f, in.view(i))
+		dst = append(dst, f)
+		off += (n + 7) &^ 7
+	}
+	return dst
+}
+
+// Release gives the pooled receive buffers of msg, which Recv returned,
+// back for reuse, and clears msg.Data. Nothing of msg.Data may be used
+// afterwards (including slices of it kept elsewhere). Calling Release is
+// optional: an unreleased message is garbage-collected as usual. A buffer
+// that a zero-copy Send still references (a frame echoed back) is left to
+// the GC instead of being reused under libzmq's feet.
+func (t *Transport) Release(msg *message.Message) {
+	for _, d := range msg.Data {
+		if cap(d) >= directReadMin && !pinnedWithin(d[:cap(d)]) {
+			putBuf(d)
+		}
+	}
+	clear(msg.Data)
+	msg.Data = nil
 }
 
 func (t *Transport) recvErr(err error) error {
-	if zmq4.AsErrno(err) == zmq4.ETERM || t.closed.Load() {
+	if err == errTerm || t.closed.Load() {
 		return van.ErrClosed
 	}
 	return fmt.Errorf("van/zmq: recv: %w", err)
@@ -162,16 +234,4 @@ func parseIdentity(b []byte) int32 {
 		return message.Empty
 	}
 	return int32(v)
-}
-
-// aligned returns b if it is empty or starts at an 8-byte-aligned address,
-// and otherwise an aligned copy. Rounding the capacity up to a multiple of 8
-// is what makes Go's allocator align the copy.
-func aligned(b []byte) []byte {
-	if len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%8 == 0 {
-		return b
-	}
-	c := make([]byte, len(b), (len(b)+7)&^7)
-	copy(c, b)
-	return c
 }

@@ -2,6 +2,9 @@
 
 package zmq
 
+// #include <zmq.h>
+import "C"
+
 import (
 	"errors"
 	"fmt"
@@ -14,8 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	zmq4 "github.com/pebbe/zmq4"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
@@ -35,11 +36,6 @@ const (
 	// Close hang on a dead peer; zero would silently drop messages whose
 	// Send already returned.
 	replacedLinger = time.Second
-
-	// maxKeptMetaBuf caps the per-peer meta encode buffer kept between
-	// sends, so that one message with a huge Body does not pin that much
-	// memory for the peer's lifetime.
-	maxKeptMetaBuf = 64 << 10
 )
 
 // Transport is a van.Transport over ZeroMQ. Create it with New and release it
@@ -50,7 +46,7 @@ const (
 type Transport struct {
 	cfg Config
 	log *slog.Logger
-	ctx *zmq4.Context
+	ctx *zctx
 
 	// myID is the latest own id given to Connect (message.Empty before
 	// registration); Recv reports it as Meta.Recver.
@@ -75,8 +71,9 @@ type Transport struct {
 	// blocking receive), by Bind and by Close: it makes the ROUTER owned by
 	// whoever holds it, since libzmq sockets must not be used concurrently.
 	recvMu sync.Mutex
-	router *zmq4.Socket // guarded by recvMu; nil until Bind succeeds
-	bound  atomic.Bool  // router != nil; readable without recvMu
+	router *zsocket    // guarded by recvMu; nil until Bind succeeds
+	in     *inBuf      // guarded by recvMu; the frames of the last message
+	bound  atomic.Bool // router != nil; readable without recvMu
 
 	// ipcFile is the socket file Bind created in Local mode (nil
 	// otherwise). libzmq leaves it behind; Close removes it if it is still
@@ -89,14 +86,14 @@ type Transport struct {
 
 var _ van.Transport = (*Transport)(nil)
 
-// peer is the sending side of one connection: a DEALER and the buffer its
-// meta frames are encoded into.
+// peer is the sending side of one connection: a DEALER and the C buffers
+// its messages are staged in.
 type peer struct {
-	mu    sync.Mutex   // serialises Send: libzmq sockets are not thread-safe
-	sock  *zmq4.Socket // guarded by mu; nil once closed (replaced, failed or Close)
-	meta  []byte       // guarded by mu; reused meta encode buffer
-	addr  string       // endpoint dialled; immutable
-	ident string       // ZMQ_IDENTITY, "" if anonymous; immutable
+	mu    sync.Mutex // serialises Send: libzmq sockets are not thread-safe
+	sock  *zsocket   // guarded by mu; nil once closed (replaced, failed or Close)
+	out   outBuf     // guarded by mu; freed with the socket
+	addr  string     // endpoint dialled; immutable
+	ident string     // ZMQ_IDENTITY, "" if anonymous; immutable
 }
 
 // New creates a Transport with its own ZeroMQ context. It opens no socket
@@ -106,12 +103,12 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := zmq4.NewContext()
+	ctx, err := newContext()
 	if err != nil {
 		return nil, fmt.Errorf("van/zmq: new context: %w", err)
 	}
-	if err := ctx.SetMaxSockets(maxSockets); err != nil {
-		_ = ctx.Term()
+	if err := ctx.setInt(ctxMaxSockets, maxSockets); err != nil {
+		_ = ctx.term()
 		return nil, fmt.Errorf("van/zmq: set ZMQ_MAX_SOCKETS=%d: %w", maxSockets, err)
 	}
 	t := &Transport{cfg: cfg, log: cfg.Logger, ctx: ctx, peers: make(map[int32]*peer)}
@@ -122,13 +119,13 @@ func New(cfg Config) (*Transport, error) {
 // newSocket creates a socket with LINGER 0, so that neither closing it nor
 // terminating the context ever waits for unsent messages. Caller holds
 // t.mu (write) and has checked t.closed.
-func (t *Transport) newSocket(typ zmq4.Type) (*zmq4.Socket, error) {
-	s, err := t.ctx.NewSocket(typ)
+func (t *Transport) newSocket(typ int) (*zsocket, error) {
+	s, err := t.ctx.socket(C.int(typ))
 	if err != nil {
 		return nil, err
 	}
-	if err := s.SetLinger(0); err != nil {
-		_ = s.Close()
+	if err := s.setInt(optLinger, 0); err != nil {
+		_ = s.close()
 		return nil, err
 	}
 	return s, nil
@@ -153,24 +150,30 @@ func (t *Transport) Bind(node message.Node, maxRetry int) (int, error) {
 	if t.router != nil {
 		return 0, errors.New("van/zmq: Bind called twice")
 	}
-	sock, err := t.newSocket(zmq4.ROUTER)
+	in, err := newInBuf(t.cfg.Limits.MaxFrames)
 	if err != nil {
+		return 0, err
+	}
+	sock, err := t.newSocket(sockRouter)
+	if err != nil {
+		in.free()
 		return 0, fmt.Errorf("van/zmq: new ROUTER socket: %w", err)
 	}
 	port, err := t.bindRetry(sock, node, maxRetry)
 	if err != nil {
-		_ = sock.Close()
+		_ = sock.close()
+		in.free()
 		return 0, err
 	}
-	t.router = sock
+	t.router, t.in = sock, in
 	t.bound.Store(true)
 	return port, nil
 }
 
-func (t *Transport) bindRetry(sock *zmq4.Socket, node message.Node, maxRetry int) (int, error) {
+func (t *Transport) bindRetry(sock *zsocket, node message.Node, maxRetry int) (int, error) {
 	// A single frame above the limit can never make a valid message; with
 	// ZMQ_MAXMSGSIZE libzmq drops such a peer instead of buffering it.
-	if err := sock.SetMaxmsgsize(t.cfg.Limits.MaxMessageBytes); err != nil {
+	if err := sock.setInt64(optMaxMsgSize, t.cfg.Limits.MaxMessageBytes); err != nil {
 		return 0, fmt.Errorf("van/zmq: set ZMQ_MAXMSGSIZE: %w", err)
 	}
 	// When a peer reconnects with the same identity (say, a node restarted
@@ -181,7 +184,7 @@ func (t *Transport) bindRetry(sock *zmq4.Socket, node message.Node, maxRetry int
 	// connection still has in flight arrive under a random identity
 	// (Sender = Empty). Connect never creates such pairs itself: it keeps
 	// an identical DEALER instead of replacing it.
-	if err := sock.SetRouterHandover(true); err != nil {
+	if err := sock.setInt(optRouterHandover, 1); err != nil {
 		return 0, fmt.Errorf("van/zmq: set ZMQ_ROUTER_HANDOVER: %w", err)
 	}
 	host := node.Hostname
@@ -192,7 +195,7 @@ func (t *Transport) bindRetry(sock *zmq4.Socket, node message.Node, maxRetry int
 		host = "*"
 	}
 	if isIPv6(host) {
-		if err := sock.SetIpv6(true); err != nil {
+		if err := sock.setInt(optIPv6, 1); err != nil {
 			return 0, fmt.Errorf("van/zmq: set ZMQ_IPV6: %w", err)
 		}
 	}
@@ -204,7 +207,7 @@ func (t *Transport) bindRetry(sock *zmq4.Socket, node message.Node, maxRetry int
 			t.log.Debug("van/zmq: bound", "endpoint", endpoint)
 			return bound, nil
 		}
-		if !errors.Is(err, errInUse) {
+		if !errors.Is(err, errAddrInUse) {
 			return 0, fmt.Errorf("van/zmq: bind %s: %w", endpoint, err)
 		}
 		if attempt >= maxRetry {
@@ -215,11 +218,11 @@ func (t *Transport) bindRetry(sock *zmq4.Socket, node message.Node, maxRetry int
 	}
 }
 
-// errInUse marks a bind failure that a retry on another port may fix.
-var errInUse = errors.New("address already in use")
+// errAddrInUse marks a bind failure that a retry on another port may fix.
+var errAddrInUse = errors.New("address already in use")
 
 // tryBind binds sock once and returns the bound port and the endpoint tried.
-func (t *Transport) tryBind(sock *zmq4.Socket, host string, port int, pick bool) (int, string, error) {
+func (t *Transport) tryBind(sock *zsocket, host string, port int, pick bool) (int, string, error) {
 	if t.cfg.Local {
 		if pick {
 			var err error
@@ -233,9 +236,9 @@ func (t *Transport) tryBind(sock *zmq4.Socket, host string, port int, pick bool)
 		// would silently steal the address from a live process; treat a
 		// path that accepts connections as taken.
 		if ipcInUse(path) {
-			return 0, endpoint, errInUse
+			return 0, endpoint, errAddrInUse
 		}
-		if err := sock.Bind(endpoint); err != nil {
+		if err := sock.bind(endpoint); err != nil {
 			return 0, endpoint, err
 		}
 		if fi, err := os.Stat(path); err == nil {
@@ -245,19 +248,19 @@ func (t *Transport) tryBind(sock *zmq4.Socket, host string, port int, pick bool)
 	}
 	if !pick {
 		endpoint := tcpEndpoint(host, strconv.Itoa(port))
-		err := sock.Bind(endpoint)
-		if zmq4.AsErrno(err) == zmq4.EADDRINUSE {
-			err = errInUse
+		err := sock.bind(endpoint)
+		if err == errInUse {
+			err = errAddrInUse
 		}
 		return port, endpoint, err
 	}
 	// Let libzmq (the kernel) pick the port: unlike probing for a free port
 	// and binding it afterwards, this cannot race with other processes.
 	endpoint := tcpEndpoint(host, "*")
-	if err := sock.Bind(endpoint); err != nil {
+	if err := sock.bind(endpoint); err != nil {
 		return 0, endpoint, err
 	}
-	last, err := sock.GetLastEndpoint()
+	last, err := sock.lastEndpoint()
 	if err != nil {
 		return 0, endpoint, fmt.Errorf("reading ZMQ_LAST_ENDPOINT: %w", err)
 	}
@@ -277,7 +280,7 @@ func freeIPCPort() (int, error) {
 			return p, nil
 		}
 	}
-	return 0, errInUse
+	return 0, errAddrInUse
 }
 
 func ipcPath(port int) string { return "/tmp/" + strconv.Itoa(port) }
@@ -396,31 +399,31 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 }
 
 // newDealer creates and connects a DEALER. Caller holds t.mu (write).
-func (t *Transport) newDealer(endpoint, ident string) (*zmq4.Socket, error) {
-	sock, err := t.newSocket(zmq4.DEALER)
+func (t *Transport) newDealer(endpoint, ident string) (*zsocket, error) {
+	sock, err := t.newSocket(sockDealer)
 	if err != nil {
 		return nil, err
 	}
 	err = func() error {
 		if ident != "" {
-			if err := sock.SetIdentity(ident); err != nil {
+			if err := sock.setBytes(optIdentity, ident); err != nil {
 				return fmt.Errorf("set ZMQ_IDENTITY: %w", err)
 			}
 		}
 		if t.cfg.WaterMark > 0 {
-			if err := sock.SetSndhwm(t.cfg.WaterMark); err != nil {
+			if err := sock.setInt(optSndHWM, t.cfg.WaterMark); err != nil {
 				return fmt.Errorf("set ZMQ_SNDHWM: %w", err)
 			}
 		}
 		if strings.HasPrefix(endpoint, "tcp://[") {
-			if err := sock.SetIpv6(true); err != nil {
+			if err := sock.setInt(optIPv6, 1); err != nil {
 				return fmt.Errorf("set ZMQ_IPV6: %w", err)
 			}
 		}
-		return sock.Connect(endpoint)
+		return sock.connect(endpoint)
 	}()
 	if err != nil {
-		_ = sock.Close()
+		_ = sock.close()
 		return nil, err
 	}
 	return sock, nil
@@ -433,10 +436,11 @@ func (p *peer) close(linger time.Duration) {
 		return
 	}
 	if linger > 0 {
-		_ = p.sock.SetLinger(linger)
+		_ = p.sock.setInt(optLinger, int(linger/time.Millisecond))
 	}
-	_ = p.sock.Close()
+	_ = p.sock.close()
 	p.sock = nil
+	p.out.free()
 }
 
 // Close implements van.Transport. It closes every socket with LINGER 0
@@ -462,12 +466,14 @@ func (t *Transport) close() error {
 	// socket once its owner has let go of it: no socket is ever closed
 	// while another goroutine is inside a call on it.
 	termErr := make(chan error, 1)
-	go func() { termErr <- t.ctx.Term() }()
+	go func() { termErr <- t.ctx.term() }()
 
 	t.recvMu.Lock()
 	if t.router != nil {
-		_ = t.router.Close()
+		_ = t.router.close()
 		t.router = nil
+		t.in.free()
+		t.in = nil
 	}
 	if t.ipcFile != nil {
 		t.ipcFile.remove()
@@ -483,5 +489,8 @@ func (t *Transport) close() error {
 	if err := <-termErr; err != nil {
 		return fmt.Errorf("van/zmq: terminate context: %w", err)
 	}
+	// Every message of the context is closed now, so libzmq has released
+	// all of this transport's zero-copy frames.
+	drainReleases()
 	return nil
 }

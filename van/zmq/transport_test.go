@@ -241,18 +241,6 @@ func TestRecvFramesAligned(t *testing.T) {
 	}
 }
 
-func TestAlignedCopiesOnlyMisaligned(t *testing.T) {
-	buf := make([]byte, 64)
-	assert.Same(t, &buf[0], &aligned(buf)[0])
-	for off := 1; off < 8; off++ {
-		in := buf[off : off+13]
-		out := aligned(in)
-		assert.Equal(t, in, out)
-		assert.Zero(t, uintptr(unsafe.Pointer(&out[0]))%8)
-	}
-	assert.Empty(t, aligned(buf[3:3]))
-}
-
 func TestParseIdentity(t *testing.T) {
 	for in, want := range map[string]int32{
 		"ps1":           1,

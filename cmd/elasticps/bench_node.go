@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// The bench job's processes are this executable's hidden "bench-node"
+// role. The parent passes the plan in ELASTICPS_BENCH_* variables and reads
+// results back from the workers' stdout, one line per cell, prefixed with
+// benchResultTag; worker 0 also announces each cell with benchProgressTag.
+const (
+	benchResultTag   = "ELASTICPS_BENCH_RESULT "
+	benchProgressTag = "ELASTICPS_BENCH_PROGRESS "
+)
+
+// benchPlan is what every node of a bench job needs to know.
+type benchPlan struct {
+	Van      string        `json:"van"`
+	Cells    []benchCell   `json:"cells"`
+	Duration time.Duration `json:"duration"` // per cell, when Ops is 0
+	Ops      int           `json:"ops"`      // per cell and worker; 0: use Duration
+	Depth    int           `json:"depth"`    // operations in flight in pipe cells
+	Profile  string        `json:"profile"`  // CPU profile file prefix; "" = none
+}
+
+// benchCell is one measurement: a value size, push or pull, sequential or
+// pipelined.
+type benchCell struct {
+	Size int    `json:"size"` // value bytes per operation, split evenly over the servers
+	Op   string `json:"op"`   // "push" or "pull"
+	Mode string `json:"mode"` // "seq" or "pipe"
+}
+
+func (c benchCell) name() string { return sizeLabel(c.Size) + " " + c.Op + " " + c.Mode }
+
+// benchReport is one worker's result for one cell.
+type benchReport struct {
+	Cell      int        `json:"cell"`
+	Rank      int        `json:"rank"`
+	Ops       int64      `json:"ops"`
+	Bytes     int64      `json:"bytes"`
+	ElapsedNS int64      `json:"elapsed_ns"`
+	Hist      [][2]int64 `json:"hist"`
+	SumNS     int64      `json:"sum_ns"`
+}
+
+const benchPlanEnv = "ELASTICPS_BENCH_PLAN"
+
+// runBenchNode is one process of a bench job.
+func runBenchNode(ctx context.Context) error {
+	var plan benchPlan
+	if err := json.Unmarshal([]byte(os.Getenv(benchPlanEnv)), &plan); err != nil {
+		return fmt.Errorf("%s: %v (bench-node is started by 'elasticps bench')", benchPlanEnv, err)
+	}
+	// DMLC_PS_VAN_TYPE is left to the plan: the environment parser only
+	// knows the ZeroMQ van's name.
+	cfg, err := postoffice.ConfigFromEnv(func(k string) (string, bool) {
+		if k == "DMLC_PS_VAN_TYPE" {
+			return "", false
+		}
+		return os.LookupEnv(k)
+	})
+	if err != nil {
+		return err
+	}
+	cfg.VanType = plan.Van
+	cfg.Logger = nodeLogger()
+	if plan.Profile != "" {
+		name := fmt.Sprintf("%s-%s%s.pprof", plan.Profile, cfg.Role, os.Getenv("ELASTICPS_LOCAL_INDEX"))
+		f, err := os.Create(name)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			_ = f.Close()
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
+	po, err := postoffice.Open(cfg)
+	if err != nil {
+		return err
+	}
+	defer po.Stop()
+	stop := context.AfterFunc(ctx, po.Stop)
+	defer stop()
+
+	switch cfg.Role {
+	case message.RoleServer:
+		srv, err := kv.NewServer(po, 0)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		srv.SetRequestHandler(newBenchHandler(plan, cfg.NumServers).handle)
+		srv.ReleaseRequests(true) // the bench handler keeps no view of requests
+	case message.RoleWorker:
+		w, err := kv.NewWorker(po, 0, 0)
+		if err != nil {
+			return err
+		}
+		defer w.Close()
+		if err := po.StartWithBarrier(0); err != nil {
+			return err
+		}
+		if err := benchWorker(po, w, plan); err != nil {
+			return err
+		}
+		return po.Finalize(0, true)
+	}
+	if err := po.StartWithBarrier(0); err != nil {
+		return err
+	}
+	if err := po.Finalize(0, true); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// benchHandler answers at once: a push with an empty ack, a pull with the
+// requested number of bytes (Meta.Head, the worker's Options.Cmd) from a
+// buffer allocated once.
+type benchHandler struct{ vals []byte }
+
+func newBenchHandler(plan benchPlan, servers int) *benchHandler {
+	maxPart := 0
+	for _, c := range plan.Cells {
+		maxPart = max(maxPart, c.Size/max(servers, 1))
+	}
+	return &benchHandler{vals: make([]byte, maxPart)}
+}
+
+func (h *benchHandler) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
+	var err error
+	switch {
+	case meta.Pull && int(meta.Cmd) <= len(h.vals) && meta.Cmd >= 0:
+		err = srv.Response(meta, kv.KVPairs{Keys: data.Keys, Vals: h.vals[:meta.Cmd]})
+	case meta.Pull:
+		err = srv.ResponseError(meta, fmt.Errorf("bench: pull of %d bytes, more than the plan's largest", meta.Cmd))
+	default:
+		err = srv.Response(meta, kv.KVPairs{})
+	}
+	if err != nil && !errors.Is(err, postoffice.ErrStopped) {
+		fmt.Fprintln(os.Stderr, "bench server:", err)
+	}
+}
+
+// benchWorker runs every cell of the plan, in step with the other workers.
+func benchWorker(po *postoffice.Postoffice, w *kv.Worker, plan benchPlan) error {
+	ranges := po.ServerKeyRanges()
+	keys := make([]uint64, len(ranges))
+	for i, r := range ranges {
+		keys[i] = r.Begin // one key per server
+	}
+	rank := po.MyRank()
+	for i, cell := range plan.Cells {
+		if rank == 0 {
+			fmt.Printf("%s%d %d %s\n", benchProgressTag, i+1, len(plan.Cells), cell.name())
+		}
+		r := &benchRun{w: w, keys: keys, cell: cell, depth: plan.Depth, servers: len(ranges)}
+		r.init()
+		// Warm up (connections, buffers, the GC's pacing), then start
+		// together so that the workers' measurements overlap.
+		if err := r.run(max(plan.Ops/10, 3), 0, nil); err != nil {
+			return fmt.Errorf("bench cell %s: %w", cell.name(), err)
+		}
+		if err := po.Barrier(0, message.WorkerGroup); err != nil {
+			return err
+		}
+		h := newHist()
+		start := time.Now()
+		if err := r.run(plan.Ops, plan.Duration, h); err != nil {
+			return fmt.Errorf("bench cell %s: %w", cell.name(), err)
+		}
+		elapsed := time.Since(start)
+		line, err := json.Marshal(benchReport{Cell: i, Rank: rank, Ops: h.N, Bytes: h.N * int64(cell.Size),
+			ElapsedNS: int64(elapsed), Hist: h.pairs(), SumNS: h.Sum})
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s%s\n", benchResultTag, line)
+		if err := po.Barrier(0, message.WorkerGroup); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchRun issues one cell's operations.
+type benchRun struct {
+	w       *kv.Worker
+	keys    []uint64
+	cell    benchCell
+	depth   int
+	servers int
+	vals    []byte
+	dsts    [][]byte // one pull destination per slot in flight
+}
+
+func (r *benchRun) init() {
+	slots := 1
+	if r.cell.Mode == "pipe" {
+		slots = max(r.depth, 1)
+	}
+	if r.cell.Op == "push" {
+		r.vals = make([]byte, r.cell.Size)
+		for i := range r.vals {
+			r.vals[i] = byte(i)
+		}
+	} else {
+		for range slots {
+			r.dsts = append(r.dsts, make([]byte, r.cell.Size))
+		}
+	}
+}
+
+func (r *benchRun) issue(slot int) (int32, error) {
+	opts := kv.Options{DataType: message.Other, Cmd: int32(r.cell.Size / r.servers)}
+	if r.cell.Op == "push" {
+		return r.w.Push(r.keys, r.vals, nil, opts)
+	}
+	return r.w.Pull(r.keys, &r.dsts[slot], nil, opts)
+}
+
+// run issues ops operations (or, with ops 0, as many as fit in d) and
+// records each one's latency in h (when non-nil). Sequential cells wait
+// for each operation; pipelined ones keep depth in flight.
+func (r *benchRun) run(ops int, d time.Duration, h *hist) error {
+	slots := 1
+	if r.cell.Mode == "pipe" {
+		slots = max(r.depth, 1)
+	}
+	type inflight struct {
+		ts    int32
+		start time.Time
+	}
+	ring := make([]inflight, slots)
+	deadline := time.Now().Add(d)
+	more := func(issued int) bool {
+		if ops > 0 {
+			return issued < ops
+		}
+		return time.Now().Before(deadline)
+	}
+	issued, done := 0, 0
+	for issued < slots && more(issued) {
+		start := time.Now()
+		ts, err := r.issue(issued % slots)
+		if err != nil {
+			return err
+		}
+		ring[issued%slots] = inflight{ts, start}
+		issued++
+	}
+	for done < issued {
+		slot := done % slots
+		if err := r.w.Wait(ring[slot].ts); err != nil {
+			return err
+		}
+		if h != nil {
+			h.add(time.Since(ring[slot].start))
+		}
+		done++
+		if more(issued) {
+			start := time.Now()
+			ts, err := r.issue(slot)
+			if err != nil {
+				return err
+			}
+			ring[slot] = inflight{ts, start}
+			issued++
+		}
+	}
+	return nil
+}
+
+func sizeLabel(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + "MB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + "KB"
+	}
+	return strconv.Itoa(n) + "B"
+}
+
+// parseSize reads 4096, 4KB, 4KiB, 4k, 4MB, ...
+func parseSize(s string) (int, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := 1
+	for _, u := range []struct {
+		suffix string
+		m      int
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"K", 1 << 10}, {"M", 1 << 20}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.m
+			break
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("bad size %q: use e.g. 4KB, 256KB, 4MB", s)
+	}
+	return n * mult, nil
+}

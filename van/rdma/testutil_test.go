@@ -1,0 +1,7 @@
+//go:build rdma && cgo
+
+package rdma
+
+import "unsafe"
+
+func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(b)) }

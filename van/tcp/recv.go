@@ -1,0 +1,317 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van"
+)
+
+const (
+	// maxFramesLimit bounds Config.Limits.MaxFrames, so that a header's
+	// length table always fits a small per-connection array.
+	maxFramesLimit = 1 << 16
+
+	// Read buffer sizes of a connection (nats-server's readLoop scheme):
+	// the buffer doubles when a read fills it, up to maxBufSize, and halves
+	// after shortsToShrink reads in a row that used less than half of it,
+	// down to minBufSize. Frames of directReadMin bytes or more never go
+	// through it.
+	minBufSize     = 4 << 10
+	startBufSize   = 16 << 10
+	maxBufSize     = 256 << 10
+	shortsToShrink = 4
+)
+
+var (
+	errNotBound = errors.New("van/tcp: Recv before Bind")
+	// errFatal marks a FrameError after which the connection is closed:
+	// the header itself was out of bounds, so the stream cannot be trusted.
+	errFatal = errors.New("connection closed")
+)
+
+// Recv implements van.Transport. It returns the next message from any
+// connection, with Meta.Sender set to the id the connection announced
+// (message.Empty for an anonymous one) and Meta.Recver to this node's id as
+// last given to Connect. Messages from one connection arrive in order.
+//
+// Data frames are owned by the caller and each non-empty one starts 8-byte
+// aligned. Frames of at least directReadMin bytes come from a buffer pool:
+// giving the message to Release once done with it lets the next message
+// reuse them instead of allocating (and zeroing) new ones.
+//
+// A *van.FrameError reports one rejected message (or a connection that
+// did not start with a valid hello); the transport keeps serving.
+func (t *Transport) Recv() (*message.Message, error) {
+	if t.closed.Load() {
+		return nil, van.ErrClosed
+	}
+	if !t.bound.Load() {
+		return nil, errNotBound
+	}
+	select {
+	case it := <-t.inbox:
+		return it.msg, it.err
+	case <-t.done:
+		return nil, van.ErrClosed
+	}
+}
+
+// Release gives the pooled receive buffers of msg, which Recv returned,
+// back for reuse, and clears msg.Data. Nothing of msg.Data may be used
+// afterwards (including slices of it kept elsewhere). Calling Release is
+// optional: an unreleased message is garbage-collected as usual.
+func (t *Transport) Release(msg *message.Message) {
+	for _, d := range msg.Data {
+		putBuf(d)
+	}
+	clear(msg.Data)
+	msg.Data = nil
+}
+
+// deliver hands an item to Recv; false once the transport is closed.
+func (t *Transport) deliver(it inItem) bool {
+	select {
+	case t.inbox <- it:
+		return true
+	case <-t.done:
+		return false
+	}
+}
+
+// readLoop reads the messages of one accepted connection.
+func (t *Transport) readLoop(c net.Conn) {
+	defer t.wg.Done()
+	defer t.untrack(c)
+	sender, err := readHello(c, t.cfg.HandshakeTimeout)
+	if err != nil {
+		if errors.Is(err, errBadHello) {
+			t.deliver(inItem{err: &van.FrameError{Peer: c.RemoteAddr().String(), Err: err}})
+		} else if !t.closed.Load() {
+			t.log.Debug("van/tcp: connection closed before its hello", "remote", c.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	rd := &reader{c: c, buf: make([]byte, startBufSize), want: startBufSize,
+		lens: make([]uint32, t.cfg.Limits.MaxFrames+1), lim: t.cfg.Limits}
+	for {
+		msg, err := rd.next()
+		if err != nil {
+			var fe *van.FrameError
+			if errors.As(err, &fe) {
+				fe.Peer = identity(sender)
+				if !t.deliver(inItem{err: fe}) || errors.Is(fe.Err, errFatal) {
+					return
+				}
+				continue
+			}
+			if !t.closed.Load() && !errors.Is(err, io.EOF) && !isClosedErr(err) {
+				t.log.Debug("van/tcp: connection dropped", "peer", identity(sender), "err", err)
+			}
+			return
+		}
+		msg.Meta.Sender = sender
+		msg.Meta.Recver = t.myID.Load()
+		if !t.deliver(inItem{msg: msg}) {
+			return
+		}
+	}
+}
+
+// reader parses messages from one connection.
+type reader struct {
+	c      net.Conn
+	buf    []byte
+	r, w   int // unread bytes are buf[r:w]
+	want   int // buffer size to switch to when it is next empty
+	shorts int // consecutive short reads
+	lens   []uint32
+	lim    van.Limits
+}
+
+// fill makes at least n bytes readable in buf[r:w].
+func (rd *reader) fill(n int) error {
+	if rd.w-rd.r >= n {
+		return nil
+	}
+	if rd.r == rd.w {
+		rd.r, rd.w = 0, 0
+		if len(rd.buf) != rd.want && rd.want >= n {
+			rd.buf = make([]byte, rd.want)
+		}
+	}
+	if len(rd.buf)-rd.r < n {
+		if n > len(rd.buf) {
+			nb := make([]byte, max(n, 2*len(rd.buf)))
+			rd.w = copy(nb, rd.buf[rd.r:rd.w])
+			rd.buf = nb
+		} else {
+			rd.w = copy(rd.buf, rd.buf[rd.r:rd.w])
+		}
+		rd.r = 0
+	}
+	for rd.w-rd.r < n {
+		free := len(rd.buf) - rd.w
+		m, err := rd.c.Read(rd.buf[rd.w:])
+		rd.w += m
+		rd.adapt(m, free)
+		if err != nil {
+			if rd.w-rd.r >= n {
+				return nil
+			}
+			if err == io.EOF && rd.w > rd.r {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// adapt sizes the buffer to the traffic: a read that filled the buffer
+// means more was waiting, a run of short reads means it is too big.
+func (rd *reader) adapt(m, free int) {
+	switch {
+	case m == free && free > 0:
+		rd.want = min(2*len(rd.buf), maxBufSize)
+		rd.shorts = 0
+	case m < len(rd.buf)/2:
+		rd.shorts++
+		if rd.shorts >= shortsToShrink {
+			rd.want = max(len(rd.buf)/2, minBufSize)
+			rd.shorts = 0
+		}
+	default:
+		rd.shorts = 0
+	}
+}
+
+// skip discards n bytes of the stream.
+func (rd *reader) skip(n uint64) error {
+	for n > 0 {
+		if rd.r == rd.w {
+			if err := rd.fill(1); err != nil {
+				return err
+			}
+		}
+		k := min(uint64(rd.w-rd.r), n)
+		rd.r += int(k)
+		n -= k
+	}
+	return nil
+}
+
+// inMsg is a received message with room for its usual frames, so that the
+// message, its frame list and its data_type list are one allocation.
+type inMsg struct {
+	msg   message.Message
+	data  [4][]byte
+	types [4]message.DataType
+}
+
+// emptyFrame is what an empty data frame is delivered as: non-nil, so that
+// "an empty vals frame" and "no frame" stay distinguishable.
+var emptyFrame = make([]byte, 0)
+
+// next reads one message. A *van.FrameError reports a rejected message;
+// if it wraps errFatal the connection must be closed, otherwise the stream
+// is positioned at the next message. Other errors are connection errors.
+func (rd *reader) next() (*message.Message, error) {
+	if err := rd.fill(4); err != nil {
+		return nil, err
+	}
+	count := binary.LittleEndian.Uint32(rd.buf[rd.r:])
+	rd.r += 4
+	if count == 0 || uint64(count) > uint64(rd.lim.MaxFrames)+1 {
+		return nil, &van.FrameError{Err: fmt.Errorf("%w: header announces %d frames; the limit is a meta frame and %d data frames", errFatal, count, rd.lim.MaxFrames)}
+	}
+	n := int(count)
+	if err := rd.fill(4 * n); err != nil {
+		return nil, err
+	}
+	var total uint64
+	lens := rd.lens[:n]
+	for i := range lens {
+		lens[i] = binary.LittleEndian.Uint32(rd.buf[rd.r+4*i:])
+		total += uint64(lens[i])
+	}
+	rd.r += 4 * n
+	if total > uint64(rd.lim.MaxMessageBytes) {
+		return nil, &van.FrameError{Err: fmt.Errorf("%w: message of %d bytes exceeds the %d-byte limit", errFatal, total, rd.lim.MaxMessageBytes)}
+	}
+	metaLen := int(lens[0])
+	if err := rd.fill(metaLen); err != nil {
+		return nil, err
+	}
+	im := &inMsg{}
+	msg := &im.msg
+	msg.Meta.DataType = im.types[:0]
+	bad := message.DecodeMeta(rd.buf[rd.r:rd.r+metaLen], &msg.Meta)
+	rd.r += metaLen
+	if bad != nil {
+		bad = fmt.Errorf("bad meta frame (%d bytes): %w", metaLen, bad)
+	} else if k := len(msg.Meta.DataType); k > rd.lim.MaxFrames {
+		bad = fmt.Errorf("meta announces %d data frames, limit is %d", k, rd.lim.MaxFrames)
+	} else {
+		bad = message.CheckFrames(&msg.Meta, n-1)
+	}
+	if bad != nil {
+		if err := rd.skip(total - uint64(metaLen)); err != nil {
+			return nil, err
+		}
+		return nil, &van.FrameError{Err: bad}
+	}
+
+	small := 0
+	for _, l := range lens[1:] {
+		if l < directReadMin {
+			small += (int(l) + 7) &^ 7
+		}
+	}
+	var sbuf []byte
+	if small > 0 {
+		sbuf = make([]byte, small)
+	}
+	if n-1 > len(im.data) {
+		msg.Data = make([][]byte, 0, n-1)
+	} else {
+		msg.Data = im.data[:0]
+	}
+	off := 0
+	for _, l := range lens[1:] {
+		size := int(l)
+		switch {
+		case size == 0:
+			msg.Data = append(msg.Data, emptyFrame)
+		case size < directReadMin:
+			if err := rd.fill(size); err != nil {
+				return nil, err
+			}
+			f := sbuf[off : off+size : off+size]
+			copy(f, rd.buf[rd.r:rd.r+size])
+			rd.r += size
+			off += (size + 7) &^ 7
+			msg.Data = append(msg.Data, f)
+		default:
+			// Straight from the socket into the frame's own buffer: the
+			// kernel's copy is the only one.
+			f := getBuf(size)
+			k := copy(f, rd.buf[rd.r:rd.w])
+			rd.r += k
+			if _, err := io.ReadFull(rd.c, f[k:]); err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, err
+			}
+			msg.Data = append(msg.Data, f)
+		}
+	}
+	msg.Meta.DataSize = int32(min(total-uint64(metaLen), math.MaxInt32))
+	return msg, nil
+}

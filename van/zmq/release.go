@@ -1,0 +1,168 @@
+//go:build cgo
+
+package zmq
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Zero-copy send and how its buffers are given back.
+//
+// A data frame of at least Config.ZeroCopySendMin bytes is handed to libzmq
+// with zmq_msg_init_data: libzmq keeps a pointer to the caller's Go memory
+// and writes it to the socket from its IO thread, possibly long after Send
+// returned. Two things must then hold until libzmq is done with the bytes:
+// the memory must stay allocated (the Go GC must not free it) and, by the
+// cgo pointer rules, C may keep the pointer only while it is pinned. So
+// every such frame is pinned with its own runtime.Pinner, and unpinned once
+// libzmq calls the frame's free function.
+//
+// That free function runs on a libzmq IO thread. Calling into Go from there
+// would be legal but costly and risky: a cgo callback on a foreign thread
+// has to acquire an M and a P, so when both Ps of a small machine are busy
+// (or the GC is stopping the world) libzmq's IO thread — which moves the
+// bytes of every socket of the context — would stall until Go lets it in.
+// Instead the free function (eps_free, in C) only pushes the frame's
+// release record onto a lock-free stack, and Go takes the whole stack at
+// once (an atomic exchange) whenever it passes by: on every Send and Recv,
+// and when a Transport closes. Until then the frame stays pinned, which
+// only delays the reuse of memory that is no longer needed; it never
+// exposes memory that is still in use.
+//
+// Release records live in C memory (libzmq holds pointers to them), in
+// chunks that are never freed, so a record's address stays valid for
+// whatever libzmq thread still has it. The Pinners live in Go memory,
+// indexed by the record's id. The registry is process-wide: several
+// Transports in one process (tests run whole jobs in-process) share it.
+
+// relChunk is the number of release records allocated at a time.
+const relChunk = 256
+
+type relSlot struct {
+	pin  runtime.Pinner
+	ptr  uintptr // start of the pinned frame, for pinnedWithin
+	busy bool    // handed to libzmq (or about to be)
+}
+
+var releases struct {
+	mu    sync.Mutex
+	nodes []*C.eps_relnode     // chunk bases, C memory, never freed
+	slots []*[relChunk]relSlot // parallel to nodes
+	free  []uint32             // ids of idle records
+	busy  int                  // records handed out and not yet released
+}
+
+// releasedTop is eps_released, the C stack's top pointer, read and swapped
+// with Go's atomics (the same hardware atomics C's __atomic builtins use).
+var releasedTop = (*unsafe.Pointer)(unsafe.Pointer(&C.eps_released))
+
+func relNode(id uint32) *C.eps_relnode {
+	base := releases.nodes[id/relChunk]
+	return (*C.eps_relnode)(unsafe.Add(unsafe.Pointer(base), uintptr(id%relChunk)*unsafe.Sizeof(C.eps_relnode{})))
+}
+
+func relSlotOf(id uint32) *relSlot { return &releases.slots[id/relChunk][id%relChunk] }
+
+// pinFrame pins the Go memory at p and returns the release record libzmq
+// must get as the free-callback hint. Caller holds releases.mu.
+func pinFrameLocked(p unsafe.Pointer) *C.eps_relnode {
+	if len(releases.free) == 0 {
+		base := (*C.eps_relnode)(C.calloc(relChunk, C.size_t(unsafe.Sizeof(C.eps_relnode{}))))
+		if base == nil {
+			panic("van/zmq: out of C memory for release records")
+		}
+		first := uint32(len(releases.nodes)) * relChunk
+		releases.nodes = append(releases.nodes, base)
+		releases.slots = append(releases.slots, new([relChunk]relSlot))
+		for i := uint32(relChunk); i > 0; i-- {
+			id := first + i - 1
+			relNode(id).id = C.uint32_t(id)
+			releases.free = append(releases.free, id)
+		}
+	}
+	id := releases.free[len(releases.free)-1]
+	releases.free = releases.free[:len(releases.free)-1]
+	s := relSlotOf(id)
+	s.pin.Pin(p)
+	s.ptr = uintptr(p)
+	s.busy = true
+	releases.busy++
+	return relNode(id)
+}
+
+// releaseLocked unpins the frame of record n and makes n idle. Caller holds
+// releases.mu.
+func releaseLocked(n *C.eps_relnode) {
+	id := uint32(n.id)
+	s := relSlotOf(id)
+	s.pin.Unpin()
+	s.ptr = 0
+	s.busy = false
+	releases.busy--
+	releases.free = append(releases.free, id)
+}
+
+// drainReleasesLocked unpins every frame libzmq has released since the last
+// drain. Caller holds releases.mu.
+func drainReleasesLocked() {
+	top := atomic.SwapPointer(releasedTop, nil)
+	for n := (*C.eps_relnode)(top); n != nil; {
+		next := n.next
+		releaseLocked(n)
+		n = next
+	}
+}
+
+// drainReleases is drainReleasesLocked for callers without the lock. The
+// common case, nothing released, costs one atomic load.
+func drainReleases() {
+	if atomic.LoadPointer(releasedTop) == nil {
+		return
+	}
+	releases.mu.Lock()
+	drainReleasesLocked()
+	releases.mu.Unlock()
+}
+
+// pinnedWithin reports whether a frame libzmq still holds starts inside b.
+// It scans every record, which is cheap next to the large buffers it is
+// used for, and free when nothing is in flight.
+func pinnedWithin(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	hi := lo + uintptr(len(b))
+	releases.mu.Lock()
+	defer releases.mu.Unlock()
+	drainReleasesLocked()
+	if releases.busy == 0 {
+		return false
+	}
+	for _, chunk := range releases.slots {
+		for i := range chunk {
+			if s := &chunk[i]; s.busy && s.ptr >= lo && s.ptr < hi {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// pinnedFrames reports how many zero-copy frames libzmq still holds (after
+// a drain); tests use it to check that nothing leaks.
+func pinnedFrames() int {
+	releases.mu.Lock()
+	defer releases.mu.Unlock()
+	drainReleasesLocked()
+	return releases.busy
+}
