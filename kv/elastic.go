@@ -278,9 +278,6 @@ func (w *Worker) reportLoop(l *elasticLink, every time.Duration) {
 	}
 }
 
-// elasticMessage is a local marker to re-admit parked requests.
-var errParkTimeout = errors.New("elastic: the keys of this request were not installed in time")
-
 // keyState is what a server remembers about the first key of requests it
 // received: who pushed it and up to which push sequence number.
 type keyState struct {
@@ -293,7 +290,6 @@ type cut struct {
 	seq      uint64           // pushes from this seq on belong to the new owner
 	pushers  map[int32]uint64 // workers expected to push up to seq-1
 	recv     map[int32]uint64
-	inflight int
 	exported bool
 	warned   bool
 	started  time.Time
