@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build demo test deps vet staticcheck unit unit-tcp rdma clean fmt-check
+.PHONY: all build demo test deps vet staticcheck unit unit-tcp rdma compat bridge clean fmt-check
 
 all: build
 
@@ -49,7 +49,15 @@ rdma: deps
 	$(GO) test -tags rdma -race -count=1 -timeout 10m ./van/rdma/...
 	ELASTICPS_TEST_VAN=fabric $(GO) test -tags rdma -count=1 -timeout 10m ./kv ./postoffice
 
-test: fmt-check vet staticcheck unit unit-tcp rdma
+# The C++ bridge (libps.a, ps-lite's API) and the C++ compatibility
+# programs, each run as a local job.
+bridge: deps
+	$(MAKE) -C cbridge
+
+compat: bridge
+	$(MAKE) -C compat_tests run
+
+test: fmt-check vet staticcheck unit unit-tcp rdma compat
 
 clean:
-	rm -rf $(BIN) cbridge/build compat_tests/build
+	rm -rf $(BIN) cbridge/build cbridge/deps compat_tests/build

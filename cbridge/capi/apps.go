@@ -1,0 +1,380 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+type appKind int
+
+const (
+	kindSimple appKind = iota
+	kindWorker
+	kindServer
+	kindCustomer
+)
+
+func (k appKind) String() string {
+	return [...]string{"SimpleApp", "KVWorker", "KVServer", "Customer"}[k]
+}
+
+// reqKey names a KV request at a server: a worker's customer numbers its
+// requests, so (sender, customer, timestamp) is unique among the requests
+// awaiting a Response.
+type reqKey struct{ sender, customer, timestamp int32 }
+
+// maxReported and maxFailed bound app.reported and app.failed.
+const (
+	maxReported = 4096
+	maxFailed   = 256
+)
+
+// app is the Go side of one C++ SimpleApp, KVWorker, KVServer or Customer.
+// C++ holds it through a cgo.Handle; it holds the C++ object only as opaque
+// contexts handed back to the callbacks.
+//
+// A KVWorker is a kv.Worker. SimpleApps and KVServers are kv.Customers
+// with the bridge's own message handler (messages.go), because their
+// handler must be in place when the customer registers: messages that
+// reached the node before the app existed are delivered right then, and
+// C++ programs commonly create the app after Start (test_simple_app,
+// test_kv_app), when requests are already arriving. kv.NewSimpleApp and
+// kv.NewServer install their handlers only after registering.
+type app struct {
+	kind appKind
+	po   *postoffice.Postoffice
+	// appID and customerID are set before the app registers; cust only
+	// after, while the handler may already run.
+	appID, customerID int32
+	cust              *kv.Customer
+	worker            *kv.Worker
+	simple            *kv.SimpleApp // the worker's SimpleApp (its commands); nil otherwise
+
+	appCtx  unsafe.Pointer // C++ SimpleApp, for on_simple
+	srvCtx  unsafe.Pointer // C++ KVServer request sink, for on_kv_request
+	custCtx unsafe.Pointer // C++ Customer, for on_message
+
+	// copyOnSend: the resend layer keeps sent messages for retransmission,
+	// possibly beyond the completion of the operation that sent them, so
+	// worker buffers from C are copied too.
+	copyOnSend bool
+
+	mu sync.Mutex
+	// ops are the worker operations whose on_kv_done is still due.
+	ops map[unsafe.Pointer]struct{}
+	// reqs are the server requests awaiting Response (for a warning about
+	// answers that match none).
+	reqs map[reqKey]struct{}
+	// reported and failed hold errors already reported (returned by
+	// Request, by timestamp; logged when an operation failed, in arrival
+	// order), so that Wait does not report them a second time. Both are
+	// bounded; forgetting an entry at worst logs an error twice.
+	reported map[int32]error
+	failed   []error
+}
+
+func newApp(kind appKind, po *postoffice.Postoffice, appID, customerID int) *app {
+	cfg := po.Config()
+	return &app{
+		kind:       kind,
+		po:         po,
+		appID:      int32(appID),
+		customerID: int32(customerID),
+		copyOnSend: cfg.Resend,
+		ops:        map[unsafe.Pointer]struct{}{},
+		reqs:       map[reqKey]struct{}{},
+		reported:   map[int32]error{},
+	}
+}
+
+func newSimpleApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
+	po, err := ensureNode(-1)
+	if err != nil {
+		return nil, err
+	}
+	a := newApp(kindSimple, po, appID, customerID)
+	a.appCtx = ctx
+	c, err := kv.NewCustomer(po, appID, customerID, a.handleSimpleAppMessage)
+	if err != nil {
+		return nil, err
+	}
+	a.cust = c
+	return a, nil
+}
+
+func newWorkerApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
+	po, err := ensureNode(-1)
+	if err != nil {
+		return nil, err
+	}
+	a := newApp(kindWorker, po, appID, customerID)
+	a.appCtx = ctx
+	w, err := kv.NewWorker(po, appID, customerID)
+	if err != nil {
+		return nil, err
+	}
+	a.worker, a.simple, a.cust = w, w.Simple(), w.Customer()
+	a.installSimpleHandlers()
+	return a, nil
+}
+
+func newServerApp(appID int, ctx, srvCtx unsafe.Pointer) (*app, error) {
+	po, err := ensureNode(-1)
+	if err != nil {
+		return nil, err
+	}
+	a := newApp(kindServer, po, appID, appID)
+	a.appCtx, a.srvCtx = ctx, srvCtx
+	// Servers receive data messages as customer (app id, app id).
+	c, err := kv.NewCustomer(po, appID, appID, a.handleServerMessage)
+	if err != nil {
+		return nil, err
+	}
+	a.cust = c
+	return a, nil
+}
+
+func newCustomerApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
+	po, err := ensureNode(-1)
+	if err != nil {
+		return nil, err
+	}
+	a := newApp(kindCustomer, po, appID, customerID)
+	a.custCtx = ctx
+	c, err := kv.NewCustomer(po, appID, customerID, a.deliverMessage)
+	if err != nil {
+		return nil, err
+	}
+	a.cust = c
+	return a, nil
+}
+
+func (a *app) installSimpleHandlers() {
+	a.simple.SetRequestHandler(func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, true, d) })
+	a.simple.SetResponseHandler(func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, false, d) })
+}
+
+// close unregisters the app; when it returns no callback for it runs any
+// more. Operations that never completed are reported as cancelled so that
+// C++ can release their state.
+func (a *app) close() {
+	if a.kind == kindWorker {
+		a.worker.Close()
+	} else {
+		a.cust.Close()
+	}
+	a.mu.Lock()
+	orphans := make([]unsafe.Pointer, 0, len(a.ops))
+	for ctx := range a.ops {
+		orphans = append(orphans, ctx)
+	}
+	a.ops = map[unsafe.Pointer]struct{}{}
+	a.reqs = map[reqKey]struct{}{}
+	a.mu.Unlock()
+	for _, ctx := range orphans {
+		callKVDone(ctx, doneCancelled, nil, nil, nil)
+	}
+}
+
+func (a *app) markReported(ts int32, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.reported) >= maxReported {
+		a.reported = map[int32]error{}
+	}
+	a.reported[ts] = err
+}
+
+// wait is Customer::WaitRequest. An error that C++ already received for
+// this request is not returned again.
+func (a *app) wait(ts int32) error {
+	err := a.cust.Wait(ts)
+	if err == nil {
+		return nil
+	}
+	a.mu.Lock()
+	prev, ok := a.reported[ts]
+	delete(a.reported, ts)
+	a.mu.Unlock()
+	if ok && sameError(prev, err) {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i, e := range a.failed {
+		if sameError(e, err) {
+			a.failed = slices.Delete(a.failed, i, i+1)
+			return nil
+		}
+	}
+	return err
+}
+
+// sameError reports whether a and b are the same error value. Errors are
+// compared with == only when their dynamic type allows it (== on an
+// interface panics for, e.g., a struct type holding a slice).
+func sameError(a, b error) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta != nil && ta.Comparable() && a == b
+}
+
+func (a *app) simpleRequest(head int32, body []byte, group int) (int32, error) {
+	var (
+		ts  int32
+		err error
+	)
+	if a.simple != nil {
+		ts, err = a.simple.Request(head, body, group)
+	} else {
+		ts, err = a.sendSimpleRequest(head, body, group)
+	}
+	if err != nil && ts >= 0 {
+		// Some messages were sent: the request completes with err, which
+		// Wait would report again.
+		a.markReported(ts, err)
+	}
+	return ts, err
+}
+
+// workerOp is one KVWorker operation that reports its completion.
+type workerOp struct {
+	ctx  unsafe.Pointer
+	vals []byte
+	lens []int32
+	err  error
+}
+
+// kvRequest issues a KVWorker operation. keys, vals and lens are views of C
+// memory (see ps_kv_worker_request for their lifetimes).
+func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int32, wantLens bool, opts kv.Options, ctx unsafe.Pointer) (int32, error) {
+	if a.kind != kindWorker {
+		return -1, fmt.Errorf("elasticps: push/pull on a %s; only a KVWorker sends KV requests", a.kind)
+	}
+	if !push && !pull {
+		return -1, errors.New("elasticps: a KV request must push, pull or both")
+	}
+	if pull && ctx == nil {
+		return -1, errors.New("elasticps: a pull needs a completion context to deliver its values")
+	}
+	// Buffers sent by reference must outlive the call (see
+	// sendByReference): C++ keeps those of an operation with a completion
+	// context until it completes; the others are copied.
+	if a.copyOnSend || (sendByReference && ctx == nil) {
+		keys, vals, lens = slices.Clone(keys), slices.Clone(vals), slices.Clone(lens)
+	}
+	var op *workerOp
+	if ctx != nil {
+		op = &workerOp{ctx: ctx}
+		a.mu.Lock()
+		a.ops[ctx] = struct{}{}
+		a.mu.Unlock()
+		opts.Callback = func() { a.finishOp(op) }
+	}
+	// Failures are logged here, once, whoever waits: MXNet and BytePS use
+	// callbacks and never Wait, and ps-lite has no error channel at all.
+	nkeys := len(keys)
+	opts.OnError = func(err error) {
+		if op != nil {
+			op.err = err
+		}
+		a.mu.Lock()
+		if len(a.failed) >= maxFailed {
+			a.failed = slices.Delete(a.failed, 0, 1)
+		}
+		a.failed = append(a.failed, err)
+		a.mu.Unlock()
+		slog.Error("elasticps: KV operation failed", "app", a.appID, "customer", a.customerID, "push", push, "pull", pull, "keys", nkeys, "err", err)
+	}
+	var (
+		ts  int32
+		err error
+	)
+	var lensOut *[]int32
+	if wantLens && op != nil {
+		op.lens = slices.Clone(lens) // sent with a push-pull, then overwritten by the reply
+		lensOut = &op.lens
+	}
+	switch {
+	case push && pull:
+		ts, err = a.worker.PushPull(keys, vals, &op.vals, lensOut, opts)
+	case pull:
+		ts, err = a.worker.Pull(keys, &op.vals, lensOut, opts)
+	default:
+		ts, err = a.worker.Push(keys, vals, lens, opts)
+	}
+	if ts < 0 {
+		if ctx != nil {
+			a.mu.Lock()
+			delete(a.ops, ctx)
+			a.mu.Unlock()
+		}
+		if err == nil {
+			err = errors.New("elasticps: the request was not issued")
+		}
+		return -1, err
+	}
+	// A non-nil err with a valid ts means some slices were not sent: the
+	// operation completes with that error, reported by OnError.
+	return ts, nil
+}
+
+// finishOp reports a completed operation to C++, exactly once. It runs in
+// the worker's customer goroutine (or the issuing thread when there was
+// nothing to send) and before the request counts as done, so Wait returns
+// after the C++ callback.
+func (a *app) finishOp(op *workerOp) {
+	a.mu.Lock()
+	_, pending := a.ops[op.ctx]
+	delete(a.ops, op.ctx)
+	a.mu.Unlock()
+	if !pending {
+		return
+	}
+	if op.err != nil {
+		callKVDone(op.ctx, doneError, op.err, nil, nil)
+		return
+	}
+	callKVDone(op.ctx, doneOK, nil, op.vals, op.lens)
+}
+
+// kvResponse answers a request; keys, vals and lens are views of C memory
+// valid during the call.
+func (a *app) kvResponse(cm kv.ReqMeta, dt message.DataType, res kv.KVPairs) error {
+	if a.kind != kindServer {
+		return fmt.Errorf("elasticps: Response on a %s; only a KVServer answers KV requests", a.kind)
+	}
+	k := reqKey{cm.Sender, cm.CustomerID, cm.Timestamp}
+	a.mu.Lock()
+	_, ok := a.reqs[k]
+	delete(a.reqs, k)
+	a.mu.Unlock()
+	if !ok {
+		// A KVMeta the handler built, or a second answer: ps-lite sends
+		// whatever it is given, and so does the bridge, but says so.
+		slog.Warn("elasticps: KVServer::Response to a request that is not awaiting one (answered already, or a hand-made KVMeta)",
+			"sender", cm.Sender, "customer", cm.CustomerID, "timestamp", cm.Timestamp)
+	}
+	if len(res.Lens) != 0 && len(res.Lens) != len(res.Keys) {
+		err := fmt.Errorf("elasticps: KVServer::Response with %d lens for %d keys; the worker gets an error instead", len(res.Lens), len(res.Keys))
+		if sendErr := a.sendKVError(cm, err); sendErr != nil {
+			return errors.Join(err, sendErr)
+		}
+		return err
+	}
+	// C++ may change or free res as soon as Response returns (BytePS
+	// reuses its response buffers): if the transport may still read it
+	// after Send, or the resend layer keep it, send a Go copy.
+	if a.copyOnSend || sendByReference {
+		res.Keys, res.Vals, res.Lens = slices.Clone(res.Keys), slices.Clone(res.Vals), slices.Clone(res.Lens)
+	}
+	return a.sendKVResponse(cm, dt, res)
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van"
+)
+
+// The C ABI itself is exercised end to end by ../../compat_tests (C++
+// programs linked with libps.a); these tests cover the Go-side rules.
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestEnvOverridesTakePrecedence(t *testing.T) {
+	t.Setenv("ELASTICPS_CAPI_TEST", "from-env")
+	if v, ok := lookupEnv("ELASTICPS_CAPI_TEST"); !ok || v != "from-env" {
+		t.Fatalf("lookupEnv = %q, %v; want the process environment's value", v, ok)
+	}
+	v := "from-init"
+	setEnvOverride("ELASTICPS_CAPI_TEST", &v)
+	defer clearEnvOverrides()
+	if got, _ := lookupEnv("ELASTICPS_CAPI_TEST"); got != "from-init" {
+		t.Fatalf("lookupEnv = %q; want Environment::Init's value", got)
+	}
+	setEnvOverride("ELASTICPS_CAPI_TEST", nil)
+	if got, _ := lookupEnv("ELASTICPS_CAPI_TEST"); got != "from-env" {
+		t.Fatalf("after removing the override lookupEnv = %q; want the environment's", got)
+	}
+	if _, ok := lookupEnv("ELASTICPS_CAPI_TEST_UNSET"); ok {
+		t.Fatal("an unset variable was found")
+	}
+}
+
+func TestNodeEnvRoleOverrideAndP3(t *testing.T) {
+	t.Setenv("DMLC_ROLE", "worker")
+	t.Setenv("DMLC_PS_VAN_TYPE", "p3")
+	get := nodeEnv(int(message.RoleServer))
+	if v, _ := get("DMLC_ROLE"); v != "server" {
+		t.Errorf("DMLC_ROLE = %q; StartPS(SERVER) must override the environment", v)
+	}
+	if v, _ := nodeEnv(-1)("DMLC_ROLE"); v != "worker" {
+		t.Errorf("DMLC_ROLE = %q; without a role the environment's applies", v)
+	}
+	if v, _ := get("DMLC_PS_VAN_TYPE"); v != "zmq" {
+		t.Errorf("DMLC_PS_VAN_TYPE = %q; MXNet's p3 runs on the zmq transport", v)
+	}
+}
+
+func TestCheckUnsupported(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		role int
+		want string // substring of the error; "" for none
+	}{
+		{"plain", map[string]string{}, int(message.RoleWorker), ""},
+		{"group size 1", map[string]string{"DMLC_GROUP_SIZE": "1"}, -1, ""},
+		{"group size 2", map[string]string{"DMLC_GROUP_SIZE": "2"}, -1, "DMLC_GROUP_SIZE"},
+		{"joint", map[string]string{}, roleJoint, "JOINT"},
+		{"rdma zmq", map[string]string{"DMLC_ENABLE_RDMA": "zmq"}, -1, ""},
+		{"rdma ibverbs", map[string]string{"DMLC_ENABLE_RDMA": "ibverbs"}, -1, "DMLC_ENABLE_RDMA"},
+		{"ucx", map[string]string{"DMLC_ENABLE_UCX": "1"}, -1, "DMLC_ENABLE_UCX"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkUnsupported(env(tc.env), tc.role)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v; want one mentioning %s", err, tc.want)
+			}
+		})
+	}
+}
+
+type uncomparableError struct{ parts []string }
+
+func (e uncomparableError) Error() string { return strings.Join(e.parts, ",") }
+
+func TestSameError(t *testing.T) {
+	a := errors.New("a")
+	if !sameError(a, a) {
+		t.Error("an error is the same as itself")
+	}
+	if sameError(a, errors.New("a")) {
+		t.Error("distinct errors with the same text are not the same")
+	}
+	u := uncomparableError{[]string{"x"}}
+	if sameError(u, u) {
+		t.Error("uncomparable errors must compare false, not panic")
+	}
+	if sameError(nil, nil) {
+		t.Error("nil is not a reported error")
+	}
+}
+
+// fakeTransport returns the queued results from Recv.
+type fakeTransport struct {
+	van.Transport
+	results []error
+	calls   int
+}
+
+func (f *fakeTransport) Recv() (*message.Message, error) {
+	err := f.results[f.calls]
+	f.calls++
+	if err != nil {
+		return nil, err
+	}
+	return &message.Message{}, nil
+}
+
+func TestRetryEINTR(t *testing.T) {
+	eintr := fmt.Errorf("van/zmq: recv: %w", syscall.EINTR)
+	f := &fakeTransport{results: []error{eintr, eintr, nil}}
+	m, err := retryEINTR{f}.Recv()
+	if err != nil || m == nil || f.calls != 3 {
+		t.Fatalf("Recv = %v, %v after %d calls; want a message after retrying two EINTRs", m, err, f.calls)
+	}
+	f = &fakeTransport{results: []error{van.ErrClosed}}
+	if _, err := (retryEINTR{f}).Recv(); !errors.Is(err, van.ErrClosed) {
+		t.Fatalf("Recv error %v; other errors must pass through", err)
+	}
+}

@@ -1,0 +1,258 @@
+package main
+
+/*
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/zmq"
+)
+
+// ps-lite keeps one Postoffice per process, configured from the environment
+// the first time it is needed; C++ code reaches it through static functions.
+// The bridge mirrors that with one node per process: created on first use
+// (an app constructor, Start, or a query such as NumWorkers), stopped by
+// Finalize of customer 0, after which the next use creates a fresh one.
+var node struct {
+	mu sync.Mutex
+	po *postoffice.Postoffice
+}
+
+// envOverrides are the values of ps::Environment::Init, which take
+// precedence over the process environment.
+var envOverrides struct {
+	mu sync.RWMutex
+	m  map[string]string
+}
+
+func setEnvOverride(key string, value *string) {
+	envOverrides.mu.Lock()
+	defer envOverrides.mu.Unlock()
+	if envOverrides.m == nil {
+		envOverrides.m = map[string]string{}
+	}
+	if value == nil {
+		delete(envOverrides.m, key)
+		return
+	}
+	envOverrides.m[key] = *value
+}
+
+func clearEnvOverrides() {
+	envOverrides.mu.Lock()
+	envOverrides.m = nil
+	envOverrides.mu.Unlock()
+}
+
+// lookupEnv is the Getenv of the bridge: Environment::Init's map first, then
+// the C environment. It reads the C environment with getenv rather than
+// os.LookupEnv because the Go runtime copies the environment when the
+// library is initialised, and hosts commonly set DMLC_* later (Python's
+// os.environ, setenv before ps::Start).
+func lookupEnv(key string) (string, bool) {
+	envOverrides.mu.RLock()
+	v, ok := envOverrides.m[key]
+	envOverrides.mu.RUnlock()
+	if ok {
+		return v, true
+	}
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	p := C.getenv(ck)
+	if p == nil {
+		return "", false
+	}
+	return C.GoString(p), true
+}
+
+var roleNames = map[int]string{
+	int(message.RoleServer):    "server",
+	int(message.RoleWorker):    "worker",
+	int(message.RoleScheduler): "scheduler",
+}
+
+// roleJoint is the BytePS fork's JOINT role (a worker and a server in one
+// process), which the bridge does not support.
+const roleJoint = 3
+
+// nodeEnv returns the Getenv used to configure a new node. role >= 0
+// replaces DMLC_ROLE (the BytePS fork's StartPS(role) does), and the p3 van
+// of MXNet is served by the zmq transport.
+func nodeEnv(role int) postoffice.Getenv {
+	return func(key string) (string, bool) {
+		if key == "DMLC_ROLE" && role >= 0 {
+			return roleNames[role], true
+		}
+		v, ok := lookupEnv(key)
+		if key == "DMLC_PS_VAN_TYPE" && v == "p3" {
+			slog.Warn("elasticps: DMLC_PS_VAN_TYPE=p3: using the zmq transport; priorities still order each server's queue, but sends are not reordered")
+			return "zmq", true
+		}
+		return v, ok
+	}
+}
+
+// checkUnsupported rejects settings of ps-lite forks the bridge does not
+// implement, with the reason, instead of silently behaving differently.
+func checkUnsupported(env postoffice.Getenv, role int) error {
+	if role == roleJoint {
+		return errors.New("elasticps: role JOINT (a worker and a server in one process) is not supported: run the worker and the server as separate processes")
+	}
+	if v, ok := env("DMLC_GROUP_SIZE"); ok && v != "" && v != "1" {
+		return fmt.Errorf("elasticps: DMLC_GROUP_SIZE=%s is not supported (one instance per process): unset it or set it to 1", v)
+	}
+	if v, ok := env("DMLC_ENABLE_RDMA"); ok && v != "" && v != "0" && v != "zmq" {
+		return fmt.Errorf("elasticps: DMLC_ENABLE_RDMA=%s: this build has only the zmq transport; unset DMLC_ENABLE_RDMA", v)
+	}
+	if v, ok := env("DMLC_ENABLE_UCX"); ok && v != "" && v != "0" {
+		return fmt.Errorf("elasticps: DMLC_ENABLE_UCX=%s: this build has only the zmq transport; unset DMLC_ENABLE_UCX", v)
+	}
+	return nil
+}
+
+// ensureNode returns the process's node, creating it from the environment
+// if there is none. role >= 0 must match an existing node's role.
+func ensureNode(role int) (*postoffice.Postoffice, error) {
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	if po := node.po; po != nil {
+		if role >= 0 && role != roleJoint && role != int(po.Role()) {
+			return nil, fmt.Errorf("elasticps: this process's node is a %s (from DMLC_ROLE or an earlier start); it cannot also start as a %s", po.Role(), roleNames[role])
+		}
+		return po, nil
+	}
+	env := nodeEnv(role)
+	if err := checkUnsupported(env, role); err != nil {
+		return nil, err
+	}
+	cfg, err := postoffice.ConfigFromEnv(env)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := newTransport(cfg)
+	if err != nil {
+		return nil, err
+	}
+	po, err := postoffice.New(cfg, tr)
+	if err != nil {
+		_ = tr.Close()
+		return nil, err
+	}
+	node.po = po
+	return po, nil
+}
+
+// sendByReference says whether the node's transport may send data frames
+// by reference, reading them after Send returns.
+//
+// The bridge is ready for it: KVWorker requests are sent straight from C++
+// memory, which C++ keeps until the operation completes (the server has
+// then received every byte, so the transport reads it no more), and what C
+// may reuse as soon as the call returns (server responses; buffers of
+// operations without a completion context) is then copied into Go memory
+// first (see app).
+//
+// It is off for now: van/zmq's by-reference sends of Go memory currently
+// corrupt the Go heap under GC ("found bad pointer in Go heap", reproduced
+// with two Transports in a pure Go program), so the transport is told to
+// copy every frame during Send, as libzmq's zmq_send does.
+const sendByReference = false
+
+// newTransport is postoffice.NewTransport, with copying sends (see
+// sendByReference), behind retryEINTR.
+func newTransport(cfg postoffice.Config) (van.Transport, error) {
+	var tr van.Transport
+	var err error
+	if cfg.VanType == "" || cfg.VanType == "zmq" {
+		zc := 0 // the transport's default threshold
+		if !sendByReference {
+			zc = -1
+		}
+		logger := cfg.Logger
+		if logger == nil {
+			logger = slog.Default()
+		}
+		tr, err = zmq.New(zmq.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
+			Logger: logger, ZeroCopySendMin: zc})
+	} else {
+		tr, err = postoffice.NewTransport(cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return retryEINTR{tr}, nil
+}
+
+// currentNode returns the node if one exists, without creating one.
+func currentNode() *postoffice.Postoffice {
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	return node.po
+}
+
+func startNode(customerID, role int, barrier bool) error {
+	po, err := ensureNode(role)
+	if err != nil {
+		return err
+	}
+	if barrier {
+		err = po.StartWithBarrier(customerID)
+	} else {
+		err = po.Start(customerID)
+	}
+	if err != nil {
+		return err
+	}
+	if po.Role() != message.RoleScheduler {
+		// ps-lite publishes the assigned rank this way, and some launch
+		// scripts and consumers read it back.
+		if err := os.Setenv("DMLC_RANK", strconv.Itoa(po.MyRank())); err != nil {
+			slog.Warn("elasticps: cannot set DMLC_RANK", "err", err)
+		}
+	}
+	return nil
+}
+
+func finalizeNode(customerID int, barrier bool) error {
+	po := currentNode()
+	if po == nil {
+		// Nothing was started (or customer 0 already finalized): ps-lite
+		// would operate on a stopped van; there is nothing to do.
+		return nil
+	}
+	err := po.Finalize(customerID, barrier)
+	if customerID == 0 {
+		node.mu.Lock()
+		if node.po == po {
+			node.po = nil
+		}
+		node.mu.Unlock()
+	}
+	if err != nil && customerID != 0 && errors.Is(err, postoffice.ErrStopped) {
+		// Customer 0 of this process stopped the node while this customer
+		// was leaving its final barrier: the barrier had completed.
+		err = nil
+	}
+	return err
+}
+
+func isReady(po *postoffice.Postoffice) bool {
+	select {
+	case <-po.Ready():
+		return true
+	default:
+		return false
+	}
+}

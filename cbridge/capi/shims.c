@@ -1,0 +1,88 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shims.h"
+
+/* The consumer's callbacks. Written once by ps_register_callbacks before any
+ * app exists, then only read; the release/acquire pair on `registered`
+ * orders the copy before any reader that sees the flag. */
+static ps_callbacks callbacks;
+static int registered;
+
+void ps_register_callbacks(const ps_callbacks *cb) {
+  ps_callbacks c;
+  size_t n;
+  if (cb == NULL) {
+    return;
+  }
+  memset(&c, 0, sizeof c);
+  /* A caller built against a smaller (older) struct leaves the tail NULL. */
+  n = cb->size < sizeof c ? cb->size : sizeof c;
+  memcpy(&c, cb, n);
+  c.size = sizeof c;
+  callbacks = c;
+  __atomic_store_n(&registered, 1, __ATOMIC_RELEASE);
+}
+
+void ps_free(void *p) { free(p); }
+
+static const ps_callbacks *get(void) {
+  return __atomic_load_n(&registered, __ATOMIC_ACQUIRE) ? &callbacks : NULL;
+}
+
+/* Reached only if a consumer creates apps without the C++ headers (which
+ * register the callbacks first): say so instead of crashing. */
+static void missing(const char *name) {
+  fprintf(stderr,
+          "elasticps: callback %s is not registered (call "
+          "ps_register_callbacks first); the event is dropped\n",
+          name);
+}
+
+void psb_on_simple(void *app, int is_request, int head, ps_cchar *body,
+                   size_t body_len, int sender, int timestamp,
+                   int customer_id) {
+  const ps_callbacks *c = get();
+  if (c == NULL || c->on_simple == NULL) {
+    missing("on_simple");
+    return;
+  }
+  c->on_simple(app, is_request, head, body, body_len, sender, timestamp,
+               customer_id);
+}
+
+void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
+                       size_t num_keys, ps_cvoid *vals, size_t vals_bytes,
+                       ps_cint *lens, size_t num_lens, uint64_t release) {
+  const ps_callbacks *c = get();
+  if (c == NULL || c->on_kv_request == NULL) {
+    missing("on_kv_request");
+    if (release != 0) {
+      ps_release(release);
+    }
+    return;
+  }
+  c->on_kv_request(server, meta, keys, num_keys, vals, vals_bytes, lens,
+                   num_lens, release);
+}
+
+void psb_on_kv_done(void *ctx, int status, ps_cchar *err, size_t err_len,
+                    ps_cvoid *vals, size_t vals_bytes, ps_cint *lens,
+                    size_t num_lens) {
+  const ps_callbacks *c = get();
+  if (c == NULL || c->on_kv_done == NULL) {
+    missing("on_kv_done");
+    return;
+  }
+  c->on_kv_done(ctx, status, err, err_len, vals, vals_bytes, lens, num_lens);
+}
+
+void psb_on_message(void *customer, const ps_message *msg) {
+  const ps_callbacks *c = get();
+  if (c == NULL || c->on_message == NULL) {
+    missing("on_message");
+    return;
+  }
+  c->on_message(customer, msg);
+}

@@ -1,0 +1,22 @@
+/*
+ * Calls from Go into the consumer's callbacks. cgo cannot call a C function
+ * pointer directly, so each callback has a small C function that loads the
+ * registered pointer and calls it.
+ */
+#ifndef ELASTICPS_CBRIDGE_SHIMS_H_
+#define ELASTICPS_CBRIDGE_SHIMS_H_
+
+#include "ps/internal/c_api.h"
+
+void psb_on_simple(void *app, int is_request, int head, ps_cchar *body,
+                   size_t body_len, int sender, int timestamp,
+                   int customer_id);
+void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
+                       size_t num_keys, ps_cvoid *vals, size_t vals_bytes,
+                       ps_cint *lens, size_t num_lens, uint64_t release);
+void psb_on_kv_done(void *ctx, int status, ps_cchar *err, size_t err_len,
+                    ps_cvoid *vals, size_t vals_bytes, ps_cint *lens,
+                    size_t num_lens);
+void psb_on_message(void *customer, const ps_message *msg);
+
+#endif

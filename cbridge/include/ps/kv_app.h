@@ -1,0 +1,580 @@
+/*
+ * Key-value apps: KVWorker pushes values to and pulls them from the
+ * servers; KVServer handles those requests with a user handler.
+ *
+ * Keys are partitioned over the servers by GetServerKeyRanges() (server i
+ * gets the keys in range i). A request's keys must be sorted ascending.
+ * Values of key i are vals[i*k .. (i+1)*k) with k = vals.size()/keys.size(),
+ * or, with lens, lens[i] consecutive values.
+ */
+#ifndef PS_KV_APP_H_
+#define PS_KV_APP_H_
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "ps/base.h"
+#include "ps/internal/bridge.h"
+#include "ps/simple_app.h"
+
+namespace ps {
+
+/* A list of keys with their values and, optionally, value lengths. */
+template <typename Val>
+struct KVPairs {
+  SArray<Key> keys;
+  SArray<Val> vals;
+  SArray<int> lens;  // elements per key; empty: all keys have the same
+  int priority = 0;
+};
+
+/* A KV request as a server handler sees it; Response needs it back. */
+struct KVMeta {
+  int cmd;          // the worker's cmd argument
+  bool push;        // the request carries values to store
+  bool pull;        // the request wants values back (both: push-pull)
+  int sender;       // the worker's node id
+  int timestamp;    // the worker's request timestamp
+  int customer_id;  // the worker's customer id
+  // BytePS fork fields. key is the request's first key; addr and option
+  // are transport details of the fork's RDMA path and are 0 here; val_len
+  // is the number of values in the request.
+  Key key;
+  uint64_t addr;
+  int val_len;
+  int option;
+};
+
+namespace detail {
+
+/* The DataType used for a KVWorker<Val>/KVServer<Val>'s values. The
+ * library sizes elements by their tag, so a type without a tag of its own
+ * (OTHER) is sent under the unsigned tag of its size; plain char stays
+ * OTHER, as in ps-lite. */
+template <typename Val>
+inline int ValueTag() {
+  DataType t = GetDataType<Val>();
+  if (t != OTHER) return t;
+  switch (sizeof(Val)) {
+    case 1: return OTHER;
+    case 2: return UINT16;
+    case 4: return UINT32;
+    case 8: return UINT64;
+    default:
+      LOG(FATAL) << "KVWorker/KVServer values must be 1, 2, 4 or 8 bytes "
+                 << "(this type has " << sizeof(Val) << ")";
+  }
+  return OTHER;
+}
+
+}  // namespace detail
+
+template <typename Val>
+class KVWorker : public SimpleApp {
+ public:
+  using SimpleApp::obj_;
+
+  /* Runs when an operation has completed: pushed values are stored at the
+   * servers, or pulled values are in the destination. */
+  using Callback = std::function<void()>;
+
+  /* BytePS fork: pulls are written in place by an RDMA transport. Always
+   * false here: pulled values are copied into the destination. */
+  bool is_worker_zpull_ = false;
+
+  /* Registers customer (app_id, customer_id); app_id must match the
+   * servers'. instance_idx (BytePS fork) must be 0. */
+  explicit KVWorker(int app_id, int customer_id, int instance_idx = 0)
+      : SimpleApp(), tag_(detail::ValueTag<Val>()) {
+    CHECK_EQ(instance_idx, 0)
+        << "one instance per process (DMLC_GROUP_SIZE=1)";
+    uint64_t handle = 0;
+    detail::CheckOK(ps_app_new_kv_worker(app_id, customer_id,
+                                         simple_receiver(), &handle),
+                    "KVWorker");
+    obj_ = new Customer(detail::AdoptApp(), app_id, customer_id, handle);
+  }
+
+  /* Unregisters; operations still outstanding never call back. */
+  virtual ~KVWorker() {
+    delete obj_;
+    obj_ = nullptr;
+  }
+
+  /* Pushes keys/vals (copied first). Returns the timestamp for Wait. */
+  int Push(const std::vector<Key>& keys, const std::vector<Val>& vals,
+           const std::vector<int>& lens = {}, int cmd = 0,
+           const Callback& cb = nullptr, int priority = 0) {
+    return ZPush(SArray<Key>(keys), SArray<Val>(vals), SArray<int>(lens), cmd,
+                 cb, priority);
+  }
+
+  /* Pulls the values of keys into *vals (and their lengths into *lens).
+   * An empty destination is resized; otherwise it must be large enough.
+   * They are filled when Wait returns or cb runs. */
+  int Pull(const std::vector<Key>& keys, std::vector<Val>* vals,
+           std::vector<int>* lens = nullptr, int cmd = 0,
+           const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(vals);
+    SArray<Key> skeys(keys);
+    return Issue(false, true, lens != nullptr,
+                 new PullOp<std::vector<Val>, std::vector<int>>(
+                     skeys, SArray<Val>(), SArray<int>(), vals, lens, cb),
+                 cmd, priority);
+  }
+
+  /* Pushes vals and pulls the result into *outs in one round trip. *lens,
+   * if given and non-empty, is sent with the push and receives the reply's
+   * lengths. */
+  int PushPull(const std::vector<Key>& keys, const std::vector<Val>& vals,
+               std::vector<Val>* outs, std::vector<int>* lens = nullptr,
+               int cmd = 0, const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(outs);
+    if (outs->empty()) {
+      outs->resize(vals.size());
+    } else {
+      CHECK_EQ(vals.size(), outs->size());
+    }
+    SArray<Key> skeys(keys);
+    SArray<int> slens;
+    if (lens != nullptr) slens = SArray<int>(*lens);
+    return Issue(true, true, lens != nullptr,
+                 new PullOp<std::vector<Val>, std::vector<int>>(
+                     skeys, SArray<Val>(vals), slens, outs, lens, cb),
+                 cmd, priority);
+  }
+
+  /* Blocks until operation timestamp has completed and its callback has
+   * run. */
+  void Wait(int timestamp) { obj_->WaitRequest(timestamp); }
+
+  /* Push without copying: keys, vals and lens are sent as they are and
+   * must stay unchanged until the operation completes (the operation keeps
+   * a reference to them until then). */
+  int ZPush(const SArray<Key>& keys, const SArray<Val>& vals,
+            const SArray<int>& lens = {}, int cmd = 0,
+            const Callback& cb = nullptr, int priority = 0) {
+    return Issue(true, false, false, new PushOp(keys, vals, lens, cb), cmd,
+                 priority);
+  }
+
+  /* Pull into *vals (and *lens) without an intermediate array. */
+  int ZPull(const SArray<Key>& keys, SArray<Val>* vals,
+            SArray<int>* lens = nullptr, int cmd = 0,
+            const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(vals);
+    return Issue(false, true, lens != nullptr,
+                 new PullOp<SArray<Val>, SArray<int>>(
+                     keys, SArray<Val>(), SArray<int>(), vals, lens, cb),
+                 cmd, priority);
+  }
+
+  /* Push vals and pull the result into *outs (may be &vals). *lens, if
+   * given and non-empty, is sent and receives the reply's lengths. */
+  int ZPushPull(const SArray<Key>& keys, const SArray<Val>& vals,
+                SArray<Val>* outs, SArray<int>* lens = nullptr, int cmd = 0,
+                const Callback& cb = nullptr, int priority = 0) {
+    CHECK_NOTNULL(outs);
+    SArray<int> slens;
+    if (lens != nullptr) slens = *lens;
+    return Issue(true, true, lens != nullptr,
+                 new PullOp<SArray<Val>, SArray<int>>(keys, vals, slens, outs,
+                                                      lens, cb),
+                 cmd, priority);
+  }
+
+  using SlicedKVs = std::vector<std::pair<bool, KVPairs<Val>>>;
+  using Slicer = std::function<void(const KVPairs<Val>& send,
+                                    const std::vector<Range>& ranges,
+                                    SlicedKVs* sliced)>;
+
+  /* Not supported: the library slices by the server key ranges (and may
+   * route ranges elsewhere when servers are rebalanced). The slicer is
+   * ignored, with a warning. */
+  void set_slicer(const Slicer& slicer) {
+    CHECK(slicer);
+    LOG(WARNING) << "KVWorker::set_slicer is not supported; keys are "
+                 << "partitioned by GetServerKeyRanges()";
+  }
+
+ private:
+  /* An operation's request: the library sends these arrays by reference
+   * and may read them until the operation completes, so the operation
+   * holds them until then. */
+  class RequestOp : public detail::KVOp {
+   public:
+    RequestOp(const SArray<Key>& keys, const SArray<Val>& vals,
+              const SArray<int>& lens, const Callback& cb)
+        : keys_(keys), vals_(vals), lens_(lens), cb_(cb) {}
+    SArray<Key> keys_;
+    SArray<Val> vals_;
+    SArray<int> lens_;
+
+   protected:
+    Callback cb_;
+  };
+
+  /* A push. */
+  class PushOp : public RequestOp {
+   public:
+    PushOp(const SArray<Key>& keys, const SArray<Val>& vals,
+           const SArray<int>& lens, const Callback& cb)
+        : RequestOp(keys, vals, lens, cb) {}
+    void Done(int status, const std::string&, const void*, size_t, const int*,
+              size_t) override {
+      // After a failure (already logged by the library) the callback still
+      // runs, so that nothing waiting on it is stranded; ps-lite would have
+      // aborted instead.
+      if (status != PS_DONE_CANCELLED && this->cb_) this->cb_();
+    }
+  };
+
+  /* A pull (or push-pull) into a destination C (SArray<Val> or
+   * std::vector<Val>) and optional lengths D. */
+  template <typename C, typename D>
+  class PullOp : public RequestOp {
+   public:
+    PullOp(const SArray<Key>& keys, const SArray<Val>& push_vals,
+           const SArray<int>& push_lens, C* vals, D* lens, const Callback& cb)
+        : RequestOp(keys, push_vals, push_lens, cb), dst_(vals), dst_lens_(lens) {}
+    void Done(int status, const std::string&, const void* vals,
+              size_t vals_bytes, const int* lens, size_t num_lens) override {
+      if (status == PS_DONE_CANCELLED) return;
+      if (status == PS_DONE_OK) Fill(vals, vals_bytes, lens, num_lens);
+      if (this->cb_) this->cb_();
+    }
+
+   private:
+    // Copies the reply into the destination: an empty one is resized; a
+    // larger one keeps its tail (BytePS compressed pulls return fewer
+    // values than the buffer holds); a smaller one is an error, logged,
+    // and left unchanged.
+    void Fill(const void* vals, size_t vals_bytes, const int* lens,
+              size_t num_lens) {
+      if (vals_bytes % sizeof(Val) != 0) {
+        LOG(ERROR) << "KVWorker pull: " << vals_bytes
+                   << " bytes of values is not a whole number of "
+                   << sizeof(Val) << "-byte values; destination unchanged";
+        return;
+      }
+      size_t n = vals_bytes / sizeof(Val);
+      if (dst_->empty()) {
+        dst_->resize(n);
+      } else if (dst_->size() < n) {
+        LOG(ERROR) << "KVWorker pull: the servers returned " << n
+                   << " values but the destination holds " << dst_->size()
+                   << "; destination unchanged";
+        return;
+      }
+      if (n > 0) memcpy(dst_->data(), vals, vals_bytes);
+      if (dst_lens_ == nullptr) return;
+      if (dst_lens_->empty()) {
+        dst_lens_->resize(num_lens);
+      } else if (dst_lens_->size() != num_lens) {
+        LOG(ERROR) << "KVWorker pull: " << num_lens
+                   << " lengths returned but the lens destination holds "
+                   << dst_lens_->size() << "; lens unchanged";
+        return;
+      }
+      if (num_lens > 0) {
+        memcpy(dst_lens_->data(), lens, num_lens * sizeof(int));
+      }
+    }
+
+    C* dst_;
+    D* dst_lens_;
+  };
+
+  /* Hands one operation to the library, which owns op from here on (and
+   * deletes it after Done) unless nothing was issued. */
+  int Issue(bool push, bool pull, bool want_lens, RequestOp* op, int cmd,
+            int priority) {
+    ps_kv_request r;
+    memset(&r, 0, sizeof(r));
+    r.push = push;
+    r.pull = pull;
+    r.keys = op->keys_.data();
+    r.num_keys = op->keys_.size();
+    r.vals = op->vals_.data();
+    r.vals_bytes = op->vals_.size() * sizeof(Val);
+    r.lens = op->lens_.data();
+    r.num_lens = op->lens_.size();
+    r.data_type = tag_;
+    r.cmd = cmd;
+    r.priority = priority;
+    r.want_lens = want_lens;
+    r.done_ctx = static_cast<detail::KVOp*>(op);
+    int ts = -1;
+    char* err = ps_kv_worker_request(obj_->bridge_handle(), &r, &ts);
+    // From here op may already be deleted (completed at once).
+    if (ts < 0) {
+      delete op;
+      if (err == nullptr) LOG(FATAL) << "KVWorker: request not issued";
+      detail::CheckOK(err, "KVWorker");
+    }
+    detail::LogIfError(err, "KVWorker");
+    return ts;
+  }
+
+  int tag_;
+};
+
+template <typename Val>
+class KVServer : public SimpleApp, private detail::KVRequestReceiver {
+ public:
+  /* Registers the server of app_id (customer id == app id). is_scheduler
+   * and instance_idx (BytePS fork) select the process's only Postoffice;
+   * instance_idx must be 0. */
+  explicit KVServer(int app_id, bool is_scheduler = false,
+                    int instance_idx = 0)
+      : SimpleApp(), instance_idx_(instance_idx),
+        tag_(detail::ValueTag<Val>()) {
+    (void)is_scheduler;
+    CHECK_EQ(instance_idx, 0)
+        << "one instance per process (DMLC_GROUP_SIZE=1)";
+    uint64_t handle = 0;
+    detail::CheckOK(
+        ps_app_new_kv_server(app_id, simple_receiver(),
+                             static_cast<detail::KVRequestReceiver*>(this),
+                             &handle),
+        "KVServer");
+    obj_ = new Customer(detail::AdoptApp(), app_id, app_id, handle);
+  }
+
+  /* Unregisters; no handler runs after this returns. */
+  virtual ~KVServer() {
+    {
+      // Requests still waiting for a handler give up (see set_request_handle).
+      std::lock_guard<std::mutex> lk(mu_);
+      closing_ = true;
+      handle_cv_.notify_all();
+    }
+    delete obj_;
+    obj_ = nullptr;
+  }
+
+  using ReqHandle = std::function<void(const KVMeta& req_meta,
+                                       const KVPairs<Val>& req_data,
+                                       KVServer* server)>;
+
+  /* The request handler. It runs on the server's receive thread, one
+   * request at a time, and must make sure Response is called once per
+   * request (it may be later, from any thread). Requests that arrive before
+   * a handler is set wait for it. */
+  void set_request_handle(const ReqHandle& request_handle) {
+    CHECK(request_handle) << "invalid request handle";
+    std::lock_guard<std::mutex> lk(mu_);
+    handle_ = std::make_shared<ReqHandle>(request_handle);
+    handle_cv_.notify_all();
+  }
+
+  /* Answers req with res (keys, vals and optional lens; empty for a push
+   * acknowledgement). res is read during the call only. Thread-safe. */
+  void Response(const KVMeta& req, const KVPairs<Val>& res = KVPairs<Val>()) {
+    ps_kv_meta m;
+    memset(&m, 0, sizeof(m));
+    m.cmd = req.cmd;
+    m.push = req.push;
+    m.pull = req.pull;
+    m.sender = req.sender;
+    m.timestamp = req.timestamp;
+    m.customer_id = req.customer_id;
+    m.data_type = tag_;
+    detail::LogIfError(
+        ps_kv_server_response(obj_->bridge_handle(), &m, res.keys.data(),
+                              res.keys.size(), res.vals.data(),
+                              res.vals.size() * sizeof(Val), res.lens.data(),
+                              res.lens.size()),
+        "KVServer::Response");
+  }
+
+  /* BytePS fork: pushes from worker_id whose first key is keys[0] are
+   * received into vals (which must be large enough) instead of new
+   * memory. */
+  void RegisterRecvBuffer(int worker_id, SArray<Key>& keys,
+                          const SArray<Val>& vals,
+                          const SArray<int>& lens = {}, int cmd = 0) {
+    (void)lens;
+    (void)cmd;
+    CHECK(!keys.empty());
+    std::lock_guard<std::mutex> lk(mu_);
+    recv_buffers_[std::make_pair(worker_id, keys[0])] = vals;
+  }
+
+  /* BytePS fork: RegisterRecvBuffer by worker rank. */
+  void RegisterRecvBufferWithRank(int worker_rank, SArray<Key>& keys,
+                                  const SArray<Val>& vals,
+                                  const SArray<int>& lens = {}, int cmd = 0) {
+    RegisterRecvBuffer(Postoffice::WorkerRankToID(worker_rank), keys, vals,
+                       lens, cmd);
+  }
+
+  int instance_idx_;  // BytePS fork
+
+ private:
+  void ReceiveKVRequest(
+      const ps_kv_meta& m, const uint64_t* keys, size_t num_keys,
+      const void* vals, size_t vals_bytes, const int* lens, size_t num_lens,
+      const std::shared_ptr<detail::HeldBuffers>& held) override {
+    KVMeta meta;
+    meta.cmd = m.cmd;
+    meta.push = m.push != 0;
+    meta.pull = m.pull != 0;
+    meta.sender = m.sender;
+    meta.timestamp = m.timestamp;
+    meta.customer_id = m.customer_id;
+    meta.key = num_keys > 0 ? keys[0] : 0;
+    meta.addr = 0;
+    meta.val_len = static_cast<int>(vals_bytes / sizeof(Val));
+    meta.option = 0;
+
+    if (vals_bytes % sizeof(Val) != 0) {
+      LOG(ERROR) << "KVServer: a request from node " << m.sender << " has "
+                 << vals_bytes << " bytes of values, not a whole number of "
+                 << sizeof(Val) << "-byte values; the tail is dropped";
+      vals_bytes -= vals_bytes % sizeof(Val);
+    }
+    KVPairs<Val> data;
+    Adopt(keys, num_keys, vals, vals_bytes, lens, num_lens, m, held, &data);
+
+    std::shared_ptr<ReqHandle> h;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      while (!handle_ && !closing_) {
+        if (!handle_cv_.wait_for(lk, std::chrono::seconds(10), [this] {
+              return handle_ != nullptr || closing_;
+            })) {
+          LOG(WARNING) << "KVServer: requests are waiting for "
+                       << "set_request_handle";
+        }
+      }
+      h = handle_;
+    }
+    if (!h) {
+      LOG(WARNING) << "KVServer: a request from node " << m.sender
+                   << " was dropped: the server was deleted before "
+                   << "set_request_handle";
+      return;
+    }
+    (*h)(meta, data, this);
+  }
+
+  // Handlers commonly keep a request's arrays (MXNet and BytePS answer
+  // later, BytePS even sums into the first request's values), so the arrays
+  // must own their memory. Large requests come with held buffers: the
+  // arrays share them (no copy). Small ones are the library's memory only
+  // during the call: they are copied into one malloc'd block that the
+  // three arrays share, each part 8-byte aligned so that the values can be
+  // read as any type. Pushes for a registered receive buffer (BytePS fork)
+  // are copied into it.
+  void Adopt(const uint64_t* keys, size_t num_keys, const void* vals,
+             size_t vals_bytes, const int* lens, size_t num_lens,
+             const ps_kv_meta& m,
+             const std::shared_ptr<detail::HeldBuffers>& held,
+             KVPairs<Val>* data) {
+    SArray<Val> registered;
+    if (m.push && num_keys > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto it = recv_buffers_.find(std::make_pair(m.sender, keys[0]));
+      if (it != recv_buffers_.end() &&
+          it->second.size() * sizeof(Val) >= vals_bytes) {
+        registered = it->second;
+      }
+    }
+    if (held) {
+      // The deleters keep held alive; the last one gives the buffers back.
+      auto keep = [held](void*) {};
+      if (num_keys > 0) {
+        data->keys.reset(const_cast<Key*>(keys), num_keys, keep);
+      }
+      if (registered.data() != nullptr) {
+        if (vals_bytes > 0) memcpy(registered.data(), vals, vals_bytes);
+        data->vals = registered.segment(0, vals_bytes / sizeof(Val));
+      } else if (vals_bytes > 0) {
+        data->vals.reset(static_cast<Val*>(const_cast<void*>(vals)),
+                         vals_bytes / sizeof(Val), keep);
+      }
+      if (num_lens > 0) {
+        data->lens.reset(const_cast<int*>(lens), num_lens, keep);
+      }
+      return;
+    }
+    size_t kb = num_keys * sizeof(Key);
+    size_t vb = registered.data() != nullptr ? 0 : vals_bytes;
+    size_t lb = num_lens * sizeof(int);
+    size_t voff = Align(kb), loff = Align(voff + vb), total = loff + lb;
+    if (total == 0) return;
+    char* block = static_cast<char*>(malloc(total));
+    CHECK(block != nullptr) << "out of memory for a " << total
+                            << "-byte request";
+    SArray<char> all;
+    all.reset(block, total, [](char* p) { free(p); });
+    if (kb > 0) {
+      memcpy(block, keys, kb);
+      data->keys = SArray<Key>(all.segment(0, kb));
+    }
+    if (registered.data() != nullptr) {
+      if (vals_bytes > 0) memcpy(registered.data(), vals, vals_bytes);
+      data->vals = registered.segment(0, vals_bytes / sizeof(Val));
+    } else if (vb > 0) {
+      memcpy(block + voff, vals, vb);
+      data->vals = SArray<Val>(all.segment(voff, voff + vb));
+    }
+    if (lb > 0) {
+      memcpy(block + loff, lens, lb);
+      data->lens = SArray<int>(all.segment(loff, loff + lb));
+    }
+  }
+
+  static size_t Align(size_t n) { return (n + 7) & ~static_cast<size_t>(7); }
+
+  std::mutex mu_;
+  std::condition_variable handle_cv_;
+  std::shared_ptr<ReqHandle> handle_;
+  std::map<std::pair<int, Key>, SArray<Val>> recv_buffers_;
+  bool closing_ = false;
+  int tag_;
+};
+
+/* A simple store: a push adds each key's value to the stored one, a pull
+ * returns the stored values. One value per key. */
+template <typename Val>
+struct KVServerDefaultHandle {
+  void operator()(const KVMeta& req_meta, const KVPairs<Val>& req_data,
+                  KVServer<Val>* server) {
+    size_t n = req_data.keys.size();
+    KVPairs<Val> res;
+    if (req_meta.push) {
+      CHECK_EQ(n, req_data.vals.size()) << "one value per key";
+    }
+    if (req_meta.pull) {
+      res.keys = req_data.keys;
+      res.vals.resize(n);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      Val& stored = store[req_data.keys[i]];
+      if (req_meta.push) stored += req_data.vals[i];
+      if (req_meta.pull) res.vals[i] = stored;
+    }
+    server->Response(req_meta, res);
+  }
+  std::unordered_map<Key, Val> store;
+};
+
+}  // namespace ps
+#endif  // PS_KV_APP_H_
