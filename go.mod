@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/Mellanox/rdmamap v1.1.0
+	github.com/hashicorp/memberlist v0.7.0
 	github.com/pebbe/zmq4 v1.4.0
 	github.com/stretchr/testify v1.12.1
 )
@@ -17,7 +18,6 @@ require (
 	github.com/hashicorp/go-multierror v1.1.1 // indirect
 	github.com/hashicorp/go-sockaddr v1.0.7 // indirect
 	github.com/hashicorp/golang-lru v1.0.2 // indirect
-	github.com/hashicorp/memberlist v0.7.0 // indirect
 	github.com/miekg/dns v1.1.73 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
 	github.com/vishvananda/netlink v1.1.0 // indirect

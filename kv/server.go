@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
@@ -27,6 +28,7 @@ type ReqMeta struct {
 	responded *atomic.Bool  // nil for a ReqMeta built by hand
 	inflight  *inflightReq  // elastic mode: closed on Response
 	capture   chan captured // elastic hand-over: the response goes here, not to the network
+	received  time.Time     // for the handling-time metric
 }
 
 // KVPairs are the keys, values and optional per-key lengths (in elements) of
@@ -147,10 +149,9 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 	defer s.closeInflight(meta)
 	out := &outMsg{}
 	m := s.responseTo(meta, &out.msg)
-	if meta.inflight != nil {
-		// elastic mode: the worker splits its round trip into this and
-		// network time
-		m.Meta.Ext.HandleNano = int64(time.Since(meta.inflight.start))
+	if !meta.received.IsZero() {
+		// the worker splits its round trip into this and network time
+		m.Meta.Ext.HandleNano = int64(time.Since(meta.received))
 	}
 	m.Data = out.data[:0]
 	m.Meta.DataType = out.types[:0]
@@ -187,6 +188,13 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 // closeInflight tells the elastic agent a request is answered (after the
 // response is sent, so an export never overtakes it).
 func (s *Server) closeInflight(meta ReqMeta) {
+	if !meta.received.IsZero() {
+		kind := metrics.KindPush
+		if meta.Pull {
+			kind = metrics.KindPull
+		}
+		s.po.ElasticMetrics().ServerHandleSeconds.With(kind).ObserveDuration(time.Since(meta.received))
+	}
 	if meta.inflight != nil {
 		if e := s.elastic.Load(); e != nil {
 			e.done(meta.inflight)
@@ -234,6 +242,7 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		DataType:   message.Float,
 		Priority:   m.Meta.Priority,
 		responded:  new(atomic.Bool),
+		received:   time.Now(),
 	}
 	if len(m.Meta.DataType) >= 2 {
 		meta.DataType = m.Meta.DataType[1]

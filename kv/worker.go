@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
@@ -261,9 +262,15 @@ type op struct {
 	err     error
 
 	redirects int
-	start     time.Time // elastic mode: when issued
-	handling  int64     // elastic mode: the slowest server's handling time (ns)
-	waitBuf   [8]int32  // backs waiting for up to 8 servers
+	// sending is held while issue sends the spans. The customer goroutine
+	// takes it before writing pulled values, which may land in the very
+	// buffer being sent (MXNet's ZPushPull passes vals as the destination):
+	// the network orders the two, but the race detector cannot see that.
+	sending  sync.Mutex
+	issued   bool      // every span sent; guarded by sending
+	start    time.Time // elastic mode: when issued
+	handling int64     // elastic mode: the slowest server's handling time (ns)
+	waitBuf  [8]int32  // backs waiting for up to 8 servers
 }
 
 // reply is one server's part of a pull result: views of its frames.
@@ -325,9 +332,7 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 	if push {
 		o.vals, o.lensIn = vals, lens
 	}
-	if w.po.Elastic() {
-		o.start = time.Now()
-	}
+	o.start = time.Now()
 	var buf [16]span
 	spans := w.slice(o, 0, len(keys), 0, buf[:0], true, 0)
 	if len(spans) == 0 {
@@ -349,11 +354,14 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 	o.tr = request{expected: expected, got: expected - len(spans), state: o}
 	ts := w.c.track(&o.tr)
 	var firstErr error
+	o.sending.Lock()
 	for _, s := range spans {
 		if err := w.send(o, ts, s); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
+	o.issued = true
+	o.sending.Unlock()
 	return ts, firstErr
 }
 
@@ -667,12 +675,30 @@ func (o *op) addReply(m *message.Message) error {
 // the destination; then it runs OnError (on failure) and Callback.
 func (w *Worker) complete(o *op) {
 	if !o.start.IsZero() {
+		rtt := time.Since(o.start)
 		w.rttOps.Add(1)
-		w.rttNanos.Add(int64(time.Since(o.start)))
+		w.rttNanos.Add(int64(rtt))
 		w.handleNanos.Add(o.handling)
+		kind := metrics.KindPush
+		if o.pull {
+			kind = metrics.KindPull
+		}
+		m := w.po.ElasticMetrics().WorkerRoundTripSeconds
+		m.With(kind, metrics.PartTotal).ObserveDuration(rtt)
+		if o.handling > 0 {
+			m.With(kind, metrics.PartHandling).ObserveDuration(time.Duration(o.handling))
+			m.With(kind, metrics.PartNetwork).ObserveDuration(rtt - time.Duration(o.handling))
+		}
 	}
 	if o.pull && o.err == nil {
-		o.err = o.assemble()
+		o.sending.Lock() // see op.sending
+		issued := o.issued
+		o.sending.Unlock()
+		if !issued {
+			o.err = errors.New("kv: internal error: a pull completed before all of its requests were sent")
+		} else {
+			o.err = o.assemble()
+		}
 	}
 	// The values were copied into the destination: the transport may reuse
 	// the reply buffers.

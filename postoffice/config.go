@@ -63,6 +63,14 @@ type Config struct {
 	// routing tables change while the job runs, and every node must be
 	// elasticps (C++ ps-lite nodes would abort on the elastic messages).
 	Elastic bool
+	// GossipPort is the scheduler's membership (hashicorp/memberlist) port
+	// (PS_GOSSIP_PORT; default DMLC_PS_ROOT_PORT+2 in elastic jobs, else 0 =
+	// off). The scheduler and the servers gossip, so a server that dies is
+	// known dead within seconds, without heartbeats.
+	GossipPort int
+	// MetricsAddr serves Prometheus metrics at http://MetricsAddr/metrics
+	// (PS_METRICS_ADDR, e.g. 127.0.0.1:9100 or :0); empty = not served.
+	MetricsAddr string
 	// Standby makes a server join an already running elastic job to take
 	// load (PS_STANDBY, scale-out). It has no key range of its own until the
 	// scheduler moves keys to it.
@@ -209,6 +217,14 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		return c, err
 	}
 	c.Elastic = elastic != 0
+	c.MetricsAddr = get("PS_METRICS_ADDR")
+	gossipDefault := 0
+	if c.Elastic {
+		gossipDefault = c.SchedulerPort + 2
+	}
+	if c.GossipPort, err = optionalInt(get, "PS_GOSSIP_PORT", gossipDefault, 0, "the scheduler's gossip port, 1-65535 (0 = no membership gossip)"); err != nil {
+		return c, err
+	}
 	standby, err := optionalInt(get, "PS_STANDBY", 0, 0, "0 or 1")
 	if err != nil {
 		return c, err

@@ -240,3 +240,45 @@ func TestServerRecovery(t *testing.T) {
 type acceptFunc func(*message.Message)
 
 func (f acceptFunc) Accept(m *message.Message) { f(m) }
+
+// With membership gossip and no heartbeats, a killed server is known dead
+// within seconds and a restarted process takes over its id.
+func TestGossipFailureDetection(t *testing.T) {
+	var gossip int
+	gp := func(c *Config) { c.GossipPort = gossip }
+	port := freePort(t)
+	gossip = freePort(t)
+	sched := newNode(t, message.RoleScheduler, 2, 1, port, gp)
+	s0 := newNode(t, message.RoleServer, 2, 1, port, gp)
+	s1 := newNode(t, message.RoleServer, 2, 1, port, gp)
+	w := newNode(t, message.RoleWorker, 2, 1, port, gp)
+	errs := make(chan error, 4)
+	for _, p := range []*Postoffice{sched, s0, s1, w} {
+		go func() { errs <- p.Start(0) }()
+	}
+	for range 4 {
+		require.NoError(t, <-errs)
+	}
+	require.Eventually(t, func() bool {
+		sched.memberMu.Lock()
+		defer sched.memberMu.Unlock()
+		return sched.member != nil && len(sched.member.Members()) == 3
+	}, 10*time.Second, 20*time.Millisecond, "both servers joined the gossip")
+	victim := s1.MyNode()
+	// An abrupt death: shut the gossip member down without leaving, then
+	// the node's sockets.
+	s1.memberMu.Lock()
+	_ = s1.member.Shutdown()
+	s1.member = nil
+	s1.memberMu.Unlock()
+	s1.Stop()
+	require.Eventually(t, func() bool {
+		d := sched.DeadNodes(time.Hour) // far below the timeout: only gossip can say so
+		return len(d) == 1 && d[0] == victim.ID
+	}, 20*time.Second, 50*time.Millisecond)
+	repl := newNode(t, message.RoleServer, 2, 1, port, gp)
+	require.NoError(t, repl.Start(0))
+	require.Equal(t, victim.ID, repl.MyNode().ID)
+	require.True(t, repl.IsRecovery())
+	require.Empty(t, sched.DeadNodes(time.Hour))
+}

@@ -14,13 +14,16 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticps/elasticps/membership"
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/scheduler"
 	"github.com/elasticps/elasticps/van"
 )
@@ -59,7 +62,7 @@ type Postoffice struct {
 	timestamp  atomic.Int32
 	numStarted atomic.Int32 // customers that called Start
 	myID       atomic.Int32 // myNode.ID, read on the send path without the lock
-	elastic    atomic.Bool  // elastic mode: routing tables change while the job runs
+	elasticOn  atomic.Bool  // elastic mode: routing tables change while the job runs
 	left       atomic.Bool  // drained out of the job (scale-in)
 
 	mu        sync.Mutex
@@ -82,6 +85,12 @@ type Postoffice struct {
 
 	// Stats counts what the node saw; read with Stats().
 	stats Stats
+
+	reg     *metrics.Registry
+	elastic *metrics.ElasticMetrics
+
+	memberMu sync.Mutex
+	member   *membership.Member
 }
 
 // Stats are monotonically increasing counters.
@@ -118,6 +127,19 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
 		routing:     NewIdentityRouting(cfg.NumServers),
 	}
+	p.reg = metrics.NewRegistry()
+	st := &p.stats
+	if err := metrics.NodeMetrics(p.reg, cfg.Role.String(), metrics.StatsFuncs{
+		MsgsSent: st.MsgsSent.Load, MsgsRecv: st.MsgsRecv.Load, BytesSent: st.BytesSent.Load,
+		BytesRecv: st.BytesRecv.Load, Malformed: st.Malformed.Load, Dropped: st.Dropped.Load,
+		Rejected: st.Rejected.Load}); err != nil {
+		return nil, fmt.Errorf("postoffice: metrics: %w", err)
+	}
+	em, err := metrics.NewElasticMetrics(p.reg)
+	if err != nil {
+		return nil, fmt.Errorf("postoffice: metrics: %w", err)
+	}
+	p.elastic = em
 	p.myNode = message.NewNode(cfg.Role)
 	p.myID.Store(message.Empty)
 	if cfg.Role == message.RoleScheduler {
@@ -173,6 +195,11 @@ func (p *Postoffice) Start(customerID int) error {
 		return ErrStopped
 	}
 	p.startHeartbeat()
+	if p.cfg.Role == message.RoleServer {
+		if err := p.startGossip(p.MyNode()); err != nil {
+			p.log.Warn("membership gossip not started; failures are detected by heartbeats only", "err", err)
+		}
+	}
 	return nil
 }
 
@@ -210,11 +237,22 @@ func (p *Postoffice) startOnce() error {
 	p.mu.Unlock()
 	p.vlog(1, "bound", "node", me.String())
 	p.startTime = time.Now()
+	if p.cfg.MetricsAddr != "" {
+		srv, err := metrics.Serve(p.cfg.MetricsAddr, p.reg, p.log)
+		if err != nil {
+			return fmt.Errorf("postoffice: PS_METRICS_ADDR=%s: %w", p.cfg.MetricsAddr, err)
+		}
+		p.log.Info("metrics endpoint (Prometheus)", "addr", "http://"+srv.Addr()+"/metrics")
+		p.RegisterExitCallback(func() { _ = srv.Close() })
+	}
 	if p.cfg.Role == message.RoleScheduler {
 		p.sched = scheduler.New(scheduler.Config{
 			NumServers: p.cfg.NumServers, NumWorkers: p.cfg.NumWorkers,
-			Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout,
+			Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, Gossip: p.cfg.GossipPort > 0,
 		}, p.startTime)
+		if err := p.startGossip(me); err != nil {
+			return err
+		}
 		// The scheduler talks to itself (its own barrier requests) over a
 		// self-connection, as ps-lite does.
 		if err := p.tr.Connect(me, message.SchedulerID); err != nil {
@@ -229,7 +267,7 @@ func (p *Postoffice) startOnce() error {
 	p.started = true
 	go p.receiveLoop()
 	go p.parkedLoop()
-	if p.sched != nil && p.cfg.HeartbeatTimeout > 0 {
+	if p.sched != nil && (p.cfg.HeartbeatTimeout > 0 || p.cfg.GossipPort > 0) {
 		go p.schedulerTickLoop()
 	}
 	return nil
@@ -258,6 +296,14 @@ func (p *Postoffice) Stop() {
 		if p.resender != nil {
 			p.resender.stop() // before the transport goes: no resend after close
 		}
+		p.memberMu.Lock()
+		if m := p.member; m != nil {
+			// a clean stop is a Leave for the others, not a failure
+			_ = m.Leave(time.Second)
+			_ = m.Shutdown()
+			p.member = nil
+		}
+		p.memberMu.Unlock()
 		if started {
 			// TERMINATE to ourselves ends the receive loop after everything
 			// already queued (ps-lite's shutdown path).
@@ -858,7 +904,11 @@ func (p *Postoffice) GroupContains(group int, id int32) bool {
 // schedulerTickLoop gives the scheduler state its clock: parked recoveries
 // retry once the node they replace has timed out.
 func (p *Postoffice) schedulerTickLoop() {
-	t := time.NewTicker(min(p.cfg.HeartbeatTimeout/4, time.Second))
+	every := time.Second
+	if p.cfg.HeartbeatTimeout > 0 {
+		every = min(p.cfg.HeartbeatTimeout/4, every)
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -890,10 +940,10 @@ func (p *Postoffice) Members(group int) []int32 {
 
 // SetElastic switches elastic mode on (kv.EnableElastic does): workers then
 // count pushes per key for migrations.
-func (p *Postoffice) SetElastic(on bool) { p.elastic.Store(on) }
+func (p *Postoffice) SetElastic(on bool) { p.elasticOn.Store(on) }
 
 // Elastic reports whether elastic mode is on.
-func (p *Postoffice) Elastic() bool { return p.elastic.Load() }
+func (p *Postoffice) Elastic() bool { return p.elasticOn.Load() }
 
 // Leave records on the scheduler that server id left the job after being
 // drained: barriers stop waiting for it and it is never reported dead.
@@ -935,3 +985,84 @@ func (p *Postoffice) Standbys() []int32 {
 // IsStandby reports whether this node joined the running job as a standby
 // server.
 func (p *Postoffice) IsStandby() bool { return p.cfg.Standby }
+
+// Metrics is the node's metrics registry (served at PS_METRICS_ADDR).
+func (p *Postoffice) Metrics() *metrics.Registry { return p.reg }
+
+// ElasticMetrics are the node's load, migration and routing metrics.
+func (p *Postoffice) ElasticMetrics() *metrics.ElasticMetrics { return p.elastic }
+
+// startGossip joins the scheduler and servers' membership (hashicorp
+// memberlist) when GossipPort is set: the scheduler listens there, servers
+// join it. Once per node.
+func (p *Postoffice) startGossip(me message.Node) error {
+	if p.cfg.GossipPort <= 0 {
+		return nil
+	}
+	p.memberMu.Lock()
+	defer p.memberMu.Unlock()
+	if p.member != nil {
+		return nil
+	}
+	meta, err := membership.EncodeMeta(membership.NodeMeta{ID: me.ID, Role: me.Role.String(), Addr: addrOf(me)})
+	if err != nil {
+		return err
+	}
+	cfg := membership.Config{
+		NodeName:     me.Role.String() + "-" + addrOf(me),
+		ClusterLabel: fmt.Sprintf("elasticps/%s:%d", p.cfg.SchedulerHost, p.cfg.SchedulerPort),
+		Logger:       p.log,
+		Meta:         meta,
+		Local:        isLoopback(me.Hostname),
+	}
+	host := me.Hostname
+	if ips, err := net.LookupIP(host); err == nil && len(ips) > 0 {
+		host = ips[0].String()
+	}
+	if p.cfg.Role == message.RoleScheduler {
+		cfg.BindAddr, cfg.BindPort = host, p.cfg.GossipPort
+		if p.cfg.BindAll {
+			cfg.BindAddr, cfg.AdvertiseAddr = "0.0.0.0", host
+		}
+		cfg.Events = p.onMembership
+	} else {
+		cfg.BindAddr = host
+		cfg.Seeds = []string{net.JoinHostPort(p.cfg.SchedulerHost, strconv.Itoa(p.cfg.GossipPort))}
+	}
+	m, err := membership.Start(cfg)
+	if err != nil {
+		return fmt.Errorf("postoffice: membership gossip (PS_GOSSIP_PORT=%d): %w", p.cfg.GossipPort, err)
+	}
+	p.member = m
+	p.vlog(1, "membership gossip started", "addr", m.Addr())
+	return nil
+}
+
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// onMembership runs on the scheduler for gossip events: a server seen to
+// fail is dead at once (a restarted process then takes its id).
+func (p *Postoffice) onMembership(ev membership.Event) {
+	meta, err := membership.DecodeMeta(ev.Meta)
+	if err != nil || meta.Role != message.RoleServer.String() {
+		return
+	}
+	switch ev.Kind {
+	case membership.Fail:
+		// Ignore a stale member whose id a recovered process already holds.
+		current := ""
+		p.schedCall(func(s *scheduler.State) { current = s.Addr(meta.ID) })
+		if current != "" && current != meta.Addr {
+			return
+		}
+		p.log.Warn("membership: server failed", "node", meta.ID, "addr", meta.Addr)
+		var a scheduler.Actions
+		p.schedCall(func(s *scheduler.State) { a = s.MarkFailed(meta.ID) })
+		p.apply(a)
+	case membership.Leave:
+		p.vlog(1, "membership: server left", "node", meta.ID)
+	}
+}

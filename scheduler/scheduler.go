@@ -23,6 +23,10 @@ type Config struct {
 	Self message.Node
 	// HeartbeatTimeout: a node silent for this long is dead; 0 = never.
 	HeartbeatTimeout time.Duration
+	// Gossip: failures are also reported by membership gossip (MarkFailed),
+	// so restarted nodes may wait for a dead node to replace without
+	// heartbeats.
+	Gossip bool
 }
 
 // Actions are what the caller must do after a Step, in this order: open
@@ -54,6 +58,7 @@ type State struct {
 	groups     map[int][]int32
 	waiting    []message.Node // restarted nodes waiting for a dead node to replace
 	left       map[int32]bool // drained servers that left the job (scale-in)
+	failed     map[int32]bool // reported failed by gossip before the heartbeat timeout
 	standbys   []message.Node // servers that joined the running job (scale-out)
 	early      []message.Node // standbys that registered before the job was complete
 }
@@ -69,6 +74,7 @@ func New(cfg Config, now time.Time) *State {
 		barrier:    map[int]map[arrival]bool{},
 		groups:     Groups(cfg.NumServers, cfg.NumWorkers),
 		left:       map[int32]bool{},
+		failed:     map[int32]bool{},
 	}
 	return s
 }
@@ -300,7 +306,7 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 		}
 	}
 	if idx < 0 {
-		if s.cfg.HeartbeatTimeout <= 0 {
+		if s.cfg.HeartbeatTimeout <= 0 && !s.cfg.Gossip {
 			a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s %s:%d after the job started: a restarted node can take over a dead node's id only with PS_HEARTBEAT_INTERVAL and PS_HEARTBEAT_TIMEOUT set", node.Role, node.Hostname, node.Port))
 			return
 		}
@@ -319,6 +325,7 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 	old := s.nodes[idx]
 	node.ID = old.ID
 	node.IsRecovery = true
+	delete(s.failed, node.ID)
 	delete(s.byAddr, addrKey(old))
 	s.byAddr[addrKey(node)] = node.ID
 	s.nodes[idx] = node
@@ -425,20 +432,34 @@ func (s *State) Heartbeat(now time.Time, id int32) Actions {
 // DeadNodes lists the servers and workers silent for longer than timeout
 // (none when timeout is 0 or before the job is complete), as GetDeadNodes.
 func (s *State) DeadNodes(now time.Time, timeout time.Duration) []int32 {
-	if !s.ready || timeout <= 0 || !now.After(s.start.Add(timeout)) {
+	if !s.ready {
 		return nil
 	}
+	expired := timeout > 0 && now.After(s.start.Add(timeout))
 	var dead []int32
 	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
 		last, ok := s.heartbeats[id]
 		if s.IsAlias(id) || s.left[id] {
 			continue
 		}
-		if !ok || now.After(last.Add(timeout)) {
+		if s.failed[id] || expired && (!ok || now.After(last.Add(timeout))) {
 			dead = append(dead, id)
 		}
 	}
 	return dead
+}
+
+// MarkFailed records that gossip (package membership) saw node id fail: it
+// is dead at once, without waiting for the heartbeat timeout, so a
+// restarted process takes its id on the next Tick.
+func (s *State) MarkFailed(id int32) Actions {
+	var a Actions
+	if !s.ready || s.left[id] || s.failed[id] {
+		return a
+	}
+	s.failed[id] = true
+	a.Events = append(a.Events, fmt.Sprintf("node %d failed (gossip)", id))
+	return a
 }
 
 // Tick lets registrations that wait for a dead node retry; the caller calls
@@ -481,3 +502,13 @@ func (s *State) Leave(id int32) Actions {
 
 // Left reports whether id left the job.
 func (s *State) Left(id int32) bool { return s.left[id] }
+
+// Addr is the host:port node id currently has ("" if unknown).
+func (s *State) Addr(id int32) string {
+	for _, n := range append(slices.Clone(s.nodes), s.standbys...) {
+		if n.ID == id {
+			return addrKey(n)
+		}
+	}
+	return ""
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -132,6 +133,13 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 		}
 		tp.Busy[id] = r.Busy.Seconds() / secs
 		tp.Rate[id] = float64(bytes) / secs
+		var reqs int64
+		for _, k := range r.Blocks {
+			reqs += k.Requests
+		}
+		em := b.c.po.ElasticMetrics()
+		em.ServerLoadBytes.With(strconv.Itoa(int(id))).Set(tp.Rate[id])
+		em.ServerLoadRequests.With(strconv.Itoa(int(id))).Set(float64(reqs) / secs)
 	}
 	var servers []rebalance.Server
 	for _, id := range b.c.Servers() {

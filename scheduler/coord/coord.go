@@ -15,6 +15,7 @@ import (
 
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
@@ -193,6 +194,16 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 func (c *Coordinator) finish(res Result, err error) (Result, error) {
 	res.Duration = time.Since(res.Started)
 	res.Err = err
+	em := c.po.ElasticMetrics()
+	switch {
+	case err == nil:
+		em.MigrationsTotal.With(metrics.ResultOK).Inc()
+		em.MigrationStallSeconds.ObserveDuration(res.Duration)
+	case res.CutSeq == 0:
+		em.MigrationsTotal.With(metrics.ResultAborted).Inc()
+	default:
+		em.MigrationsTotal.With(metrics.ResultFailed).Inc()
+	}
 	c.mu.Lock()
 	c.history = append(c.history, res)
 	c.mu.Unlock()
@@ -230,6 +241,7 @@ func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move) {
 // first (in order), then to every other server and worker.
 func (c *Coordinator) publish(r *postoffice.Routes, first ...int32) error {
 	c.po.Routing().Update(r)
+	c.po.ElasticMetrics().RoutingEpoch.Set(float64(r.Epoch))
 	body := r.Marshal()
 	sent := map[int32]bool{}
 	order := append([]int32{}, first...)

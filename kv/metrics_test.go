@@ -1,0 +1,76 @@
+package kv
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// sample returns the value of one exposition line, e.g.
+// elasticps_worker_round_trip_seconds_count{kind="push",part="total"}.
+func sample(t *testing.T, po *postoffice.Postoffice, series string) float64 {
+	t.Helper()
+	var b strings.Builder
+	if err := po.Metrics().WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(b.String())
+	if m == nil {
+		return 0
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// The Prometheus metrics count exactly what happened: every operation's
+// round trip (with its split into handling and network), every request a
+// server handled, and the node's traffic counters.
+func TestMetricsCountOperations(t *testing.T) {
+	j := startJob(t, 2, 1, jobOptions{})
+	j.startDefaultServers()
+	w := j.newWorker(0, 0)
+	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 2) // keys on both servers
+	const pushes, pulls = 7, 3
+	for range pushes {
+		ts, err := Push(w, keys, []float32{1, 2, 3, 4}, nil, Options{})
+		wait(t, w, ts, err)
+	}
+	for range pulls {
+		var got []float32
+		ts, err := Pull(w, keys, &got, nil, Options{})
+		wait(t, w, ts, err)
+	}
+	wp := j.workers[0]
+	for _, c := range []struct {
+		series string
+		want   float64
+	}{
+		{`elasticps_worker_round_trip_seconds_count{kind="push",part="total"}`, pushes},
+		{`elasticps_worker_round_trip_seconds_count{kind="push",part="handling"}`, pushes},
+		{`elasticps_worker_round_trip_seconds_count{kind="push",part="network"}`, pushes},
+		{`elasticps_worker_round_trip_seconds_count{kind="pull",part="total"}`, pulls},
+	} {
+		if got := sample(t, wp, c.series); got != c.want {
+			t.Errorf("%s = %v, want %v", c.series, got, c.want)
+		}
+	}
+	// each operation sent one request to each of the two servers
+	handled := 0.0
+	for _, s := range j.servers {
+		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="push"}`)
+		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="pull"}`)
+	}
+	if handled != 2*(pushes+pulls) {
+		t.Errorf("servers handled %v requests, want %d", handled, 2*(pushes+pulls))
+	}
+	if got, want := sample(t, wp, `elasticps_messages_sent_total{role="worker"}`), float64(wp.Stats().MsgsSent.Load()); got != want || got < 2*(pushes+pulls) {
+		t.Errorf("messages_sent_total = %v, stats say %v", got, want)
+	}
+}

@@ -1,0 +1,196 @@
+package metrics
+
+import (
+	"errors"
+)
+
+// StatsSource gives a node's monotonically increasing message counters. It
+// is an interface so that this package does not import postoffice; see
+// StatsFuncs for a one-literal adapter.
+type StatsSource interface {
+	SentMessages() int64
+	ReceivedMessages() int64
+	SentBytes() int64
+	ReceivedBytes() int64
+	// MalformedMessages counts messages the transport rejected.
+	MalformedMessages() int64
+	// DroppedMessages counts valid messages that had nowhere to go.
+	DroppedMessages() int64
+	// RejectedRequests counts control requests the scheduler refused.
+	RejectedRequests() int64
+}
+
+// StatsFuncs adapts loose functions to StatsSource, so that atomics can be
+// exposed with method values and no new type, e.g. for postoffice.Stats:
+//
+//	st := po.Stats()
+//	metrics.StatsFuncs{MsgsSent: st.MsgsSent.Load, MsgsRecv: st.MsgsRecv.Load, ...}
+//
+// A nil function reads as 0.
+type StatsFuncs struct {
+	MsgsSent, MsgsRecv   func() int64
+	BytesSent, BytesRecv func() int64
+	Malformed            func() int64
+	Dropped              func() int64
+	Rejected             func() int64
+}
+
+var _ StatsSource = StatsFuncs{}
+
+func call(f func() int64) int64 {
+	if f == nil {
+		return 0
+	}
+	return f()
+}
+
+// SentMessages implements StatsSource.
+func (s StatsFuncs) SentMessages() int64 { return call(s.MsgsSent) }
+
+// ReceivedMessages implements StatsSource.
+func (s StatsFuncs) ReceivedMessages() int64 { return call(s.MsgsRecv) }
+
+// SentBytes implements StatsSource.
+func (s StatsFuncs) SentBytes() int64 { return call(s.BytesSent) }
+
+// ReceivedBytes implements StatsSource.
+func (s StatsFuncs) ReceivedBytes() int64 { return call(s.BytesRecv) }
+
+// MalformedMessages implements StatsSource.
+func (s StatsFuncs) MalformedMessages() int64 { return call(s.Malformed) }
+
+// DroppedMessages implements StatsSource.
+func (s StatsFuncs) DroppedMessages() int64 { return call(s.Dropped) }
+
+// RejectedRequests implements StatsSource.
+func (s StatsFuncs) RejectedRequests() int64 { return call(s.Rejected) }
+
+// Names of the node metrics registered by NodeMetrics; each has one label,
+// role.
+const (
+	MetricMessagesSent      = "elasticps_messages_sent_total"
+	MetricMessagesReceived  = "elasticps_messages_received_total"
+	MetricBytesSent         = "elasticps_bytes_sent_total"
+	MetricBytesReceived     = "elasticps_bytes_received_total"
+	MetricMalformedMessages = "elasticps_malformed_messages_total"
+	MetricDroppedMessages   = "elasticps_dropped_messages_total"
+	MetricRejectedRequests  = "elasticps_rejected_requests_total"
+)
+
+// NodeMetrics registers the standard node counters, labelled
+// role="scheduler"|"server"|"worker", read from stats at scrape time (the
+// node already counts them atomically; counting again would cost the hot
+// path twice). One registry holds one node per role: a second node of the
+// same role gets ErrDuplicate, and a process hosting several should give
+// each its own Registry or pass a StatsSource that sums them. Every family
+// is attempted; the errors are joined.
+func NodeMetrics(r *Registry, role string, stats StatsSource) error {
+	if stats == nil {
+		return errors.New("metrics: NodeMetrics: nil StatsSource")
+	}
+	roleLabel := Label{Name: "role", Value: role}
+	f := func(g func() int64) func() float64 { return func() float64 { return float64(g()) } }
+	return errors.Join(
+		r.CounterFunc(MetricMessagesSent, "Messages sent by the node, data and control.", f(stats.SentMessages), roleLabel),
+		r.CounterFunc(MetricMessagesReceived, "Messages received by the node, data and control.", f(stats.ReceivedMessages), roleLabel),
+		r.CounterFunc(MetricBytesSent, "Bytes sent by the node (meta and payload).", f(stats.SentBytes), roleLabel),
+		r.CounterFunc(MetricBytesReceived, "Bytes received by the node (meta and payload).", f(stats.ReceivedBytes), roleLabel),
+		r.CounterFunc(MetricMalformedMessages, "Messages the transport rejected as malformed; the node kept serving.", f(stats.MalformedMessages), roleLabel),
+		r.CounterFunc(MetricDroppedMessages, "Valid messages dropped because nothing was there to take them.", f(stats.DroppedMessages), roleLabel),
+		r.CounterFunc(MetricRejectedRequests, "Control requests the scheduler refused.", f(stats.RejectedRequests), roleLabel),
+	)
+}
+
+// Label values used by ElasticMetrics.
+const (
+	KindPush = "push"
+	KindPull = "pull"
+
+	// PartTotal is the whole round trip seen by the worker; PartHandling
+	// the time the server reports it spent handling the request; and
+	// PartNetwork the rest (total - handling): transport, queueing and
+	// serialization.
+	PartTotal    = "total"
+	PartHandling = "handling"
+	PartNetwork  = "network"
+
+	ResultOK      = "ok"      // migration committed
+	ResultAborted = "aborted" // migration rolled back on purpose (superseded plan, scale change)
+	ResultFailed  = "failed"  // migration gave up on an error (peer died, timeout)
+)
+
+// LatencyBuckets (seconds) span 10 µs, an RDMA round trip, to 10 s, a
+// stalled request, in roughly 2.5x steps so a shift of one bucket is a
+// meaningful change.
+var LatencyBuckets = []float64{
+	10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+}
+
+// StallBuckets (seconds) span 1 ms to 1 min: how long a key range migration
+// held requests for the range.
+var StallBuckets = []float64{1e-3, 5e-3, 10e-3, 50e-3, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// ElasticMetrics are the families the elastic layer (load measurement,
+// rebalance, migration) reports. Look labelled series up once (With) and
+// keep them on hot paths.
+type ElasticMetrics struct {
+	// ServerHandleSeconds{kind}: time a server spends handling one request,
+	// from dequeue to response, kind KindPush or KindPull.
+	ServerHandleSeconds *HistogramVec
+	// WorkerRoundTripSeconds{kind,part}: a worker's request round trip,
+	// split into PartTotal, PartHandling (reported by the server) and
+	// PartNetwork. Histograms cannot be subtracted after the fact, hence
+	// the split at observation time.
+	WorkerRoundTripSeconds *HistogramVec
+	// ServerLoadBytes{server} and ServerLoadRequests{server}: the measured
+	// load per server (bytes/s, requests/s) that the planner uses; server
+	// is the ps node id. Delete a server's series when it leaves.
+	ServerLoadBytes    *GaugeVec
+	ServerLoadRequests *GaugeVec
+	// MigrationsTotal{result}: key range migrations by ResultOK,
+	// ResultAborted or ResultFailed.
+	MigrationsTotal *CounterVec
+	// MigrationStallSeconds: how long each migration held requests for its
+	// range.
+	MigrationStallSeconds *Histogram
+	// RoutingEpoch: the version of the routing table in force.
+	RoutingEpoch *Gauge
+}
+
+// NewElasticMetrics registers the elastic families in r. Calling it again
+// on the same registry returns the same families, so several nodes in one
+// process share them.
+func NewElasticMetrics(r *Registry) (*ElasticMetrics, error) {
+	var m ElasticMetrics
+	var errs []error
+	keep := func(err error) { errs = append(errs, err) }
+	var err error
+	m.ServerHandleSeconds, err = r.HistogramVec("elasticps_server_request_handle_seconds",
+		"Time a server spends handling one request, by kind (push, pull).", LatencyBuckets, "kind")
+	keep(err)
+	m.WorkerRoundTripSeconds, err = r.HistogramVec("elasticps_worker_round_trip_seconds",
+		"Worker request round trip by kind (push, pull) and part (total; handling, as reported by the server; network, the rest).",
+		LatencyBuckets, "kind", "part")
+	keep(err)
+	m.ServerLoadBytes, err = r.GaugeVec("elasticps_server_load_bytes_per_second",
+		"Measured load of a server in payload bytes per second, by server id.", "server")
+	keep(err)
+	m.ServerLoadRequests, err = r.GaugeVec("elasticps_server_load_requests_per_second",
+		"Measured load of a server in requests per second, by server id.", "server")
+	keep(err)
+	m.MigrationsTotal, err = r.CounterVec("elasticps_migrations_total",
+		"Key range migrations by result (ok, aborted, failed).", "result")
+	keep(err)
+	m.MigrationStallSeconds, err = r.Histogram("elasticps_migration_stall_seconds",
+		"How long a key range migration held requests for the range.", StallBuckets)
+	keep(err)
+	m.RoutingEpoch, err = r.Gauge("elasticps_routing_epoch",
+		"Version of the routing table in force.")
+	keep(err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
