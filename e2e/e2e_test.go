@@ -238,9 +238,11 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	}
 }
 
-// Scale-in through the CLI: in an elastic job, `elasticps ctl drain` moves a
-// server's keys away while the worker pushes; the server leaves and exits
-// cleanly, the worker's sums are exact and the job finishes.
+// Scale-out and scale-in through the CLI, in an elastic job of processes: a
+// standby server joins and `elasticps ctl move` gives it a range, then
+// `elasticps ctl drain` moves a server's keys away while the worker pushes;
+// the drained server leaves and exits cleanly, the standby is released at
+// the end, the worker's sums are exact and the job finishes.
 func TestElasticDrainWithCtl(t *testing.T) {
 	port := freePort(t)
 	signal := filepath.Join(t.TempDir(), "drained")
@@ -260,15 +262,22 @@ func TestElasticDrainWithCtl(t *testing.T) {
 		require.NoError(t, err, "ctl %v: %s", args, out)
 		return string(out)
 	}
-	out := ctl("drain", "10")
+	// scale-out: a standby server joins and takes server 8's range
+	standby := start(t, "standby", env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server")
+	require.Eventually(t, func() bool { return strings.Contains(ctl("status"), "servers [8 10 12]") }, 20*time.Second, 100*time.Millisecond)
+	out := ctl("move", "0", "9223372036854775807", "12")
+	require.Contains(t, out, `"To": 12`)
+	// scale-in: server 10 is drained and leaves
+	out = ctl("drain", "10")
 	require.Contains(t, out, `"left": true`)
 	status := ctl("status")
 	require.Contains(t, status, "routing epoch")
-	require.Contains(t, status, "servers [8]", "server 10 still listed:\n%s", status)
-	require.Regexp(t, `(?m)^0\s+18446744073709551614\s+8\s`, status, "all keys should be on server 8:\n%s", status)
+	require.Contains(t, status, "servers [8 12]", "server 10 still listed:\n%s", status)
+	require.Regexp(t, `(?m)^0\s+\d+\s+12\s`, status, "the first range should be on server 12:\n%s", status)
+	require.NotRegexp(t, `(?m)^\d+\s+\d+\s+10\s`, status, "no range may stay on server 10:\n%s", status)
 	require.NoError(t, os.WriteFile(signal, nil, 0o644))
 	worker.waitFor(t, "elastic OK")
-	for _, p := range []*proc{worker, s0, s1, sched} {
+	for _, p := range []*proc{worker, s0, s1, standby, sched} {
 		p.wait(t)
 	}
 }

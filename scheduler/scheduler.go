@@ -365,10 +365,27 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 		round = map[arrival]bool{}
 		s.barrier[int(group)] = round
 	}
-	// A node outside the group (a standby server) waits as a guest and is
-	// released with the group, without counting towards it.
+	if !s.isMember(int(group), sender) {
+		// A node outside the group (a standby server that joined the
+		// running job) does not take part in the group's barriers: it is
+		// released at once. Holding it until the group's next round could
+		// hold it forever when that round was the last.
+		a.Send = append(a.Send, s.barrierRelease(sender, appID, customerID, group))
+		return a
+	}
 	round[arrival{sender, customerID}] = true
 	return s.releaseIfComplete(int(group), appID, customerID, a)
+}
+
+func (s *State) barrierRelease(to, appID, customerID, group int32) *message.Message {
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = to
+	m.Meta.AppID = appID
+	m.Meta.CustomerID = customerID
+	m.Meta.Control.Cmd = message.CmdBarrier
+	// ps-lite sends uninitialised memory here; we send the group.
+	m.Meta.Control.BarrierGroup = group
+	return m
 }
 
 func (s *State) isMember(group int, id int32) bool { return slices.Contains(s.groups[group], id) }
@@ -386,7 +403,7 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 		need++
 	}
 	for arr := range round {
-		if !s.left[arr.node] && s.isMember(group, arr.node) {
+		if !s.left[arr.node] {
 			have++
 		}
 	}
@@ -395,24 +412,11 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 		return a
 	}
 	delete(s.barrier, group)
-	release := slices.Clone(members)
-	for arr := range round {
-		if !s.isMember(group, arr.node) && !slices.Contains(release, arr.node) {
-			release = append(release, arr.node)
-		}
-	}
-	for _, id := range release {
+	for _, id := range members {
 		if s.IsAlias(id) || s.left[id] {
 			continue
 		}
-		m := &message.Message{Meta: message.NewMeta()}
-		m.Meta.Recver = id
-		m.Meta.AppID = appID
-		m.Meta.CustomerID = customerID
-		m.Meta.Control.Cmd = message.CmdBarrier
-		// ps-lite sends uninitialised memory here; we send the group.
-		m.Meta.Control.BarrierGroup = int32(group)
-		a.Send = append(a.Send, m)
+		a.Send = append(a.Send, s.barrierRelease(id, appID, customerID, int32(group)))
 	}
 	return a
 }

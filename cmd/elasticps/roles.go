@@ -48,12 +48,11 @@ func runRole(ctx context.Context, role string) error {
 		}
 		serveStats(po, srv.Simple())
 	}
+	var bal *coord.Balancer
 	if cfg.Role == message.RoleScheduler && cfg.Elastic {
-		bal, err := startBalancer(ctx, po)
-		if err != nil {
+		if bal, err = startBalancer(ctx, po); err != nil {
 			return err
 		}
-		_ = bal
 	}
 	stop := context.AfterFunc(ctx, po.Stop)
 	defer stop()
@@ -70,6 +69,26 @@ func runRole(ctx context.Context, role string) error {
 	}
 	if po.Verbose() >= 1 {
 		po.Logger().Info("started", "node", po.MyNode().String())
+	}
+	if po.IsStandby() {
+		// A standby is in no barrier group: it serves until the scheduler
+		// releases it at the end of the job (or drains it).
+		select {
+		case <-po.Done():
+		case <-ctx.Done():
+		}
+		if po.Left() {
+			return nil
+		}
+		return ctx.Err()
+	}
+	if bal != nil {
+		if err := po.Barrier(0, message.AllGroup); err != nil {
+			return fmt.Errorf("%s finalize: %w", role, err)
+		}
+		bal.Coordinator().ReleaseStandbys()
+		po.Stop()
+		return ctx.Err()
 	}
 	if err := po.Finalize(0, true); err != nil {
 		if po.Left() {

@@ -195,3 +195,6 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 func (c *Coordinator) Servers() []int32 {
 	return append(c.po.Members(message.ServerGroup), c.po.Standbys()...)
 }
+
+// Coordinator returns the coordinator the balancer drives.
+func (b *Balancer) Coordinator() *Coordinator { return b.c }

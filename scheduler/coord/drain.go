@@ -58,3 +58,18 @@ func (c *Coordinator) Drain(id int32) ([]Result, error) {
 	c.log.Info("coord: server drained and left", "node", id, "moves", len(results))
 	return results, nil
 }
+
+// ReleaseStandbys tells the servers that joined the running job to leave:
+// they are in no barrier group, so the job's final barrier does not wait
+// for them, and the scheduler calls this after it.
+func (c *Coordinator) ReleaseStandbys() {
+	for _, id := range c.po.Standbys() {
+		if err := c.po.Leave(id); err != nil {
+			c.log.Warn("coord: standby not released", "node", id, "err", err)
+			continue
+		}
+		if _, err := c.link.Call(id, kv.ElasticLeave, nil, c.Timeout); err != nil {
+			c.log.Warn("coord: standby did not acknowledge the end of the job", "node", id, "err", err)
+		}
+	}
+}
