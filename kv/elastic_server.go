@@ -274,7 +274,17 @@ func (e *serverElastic) admit(m *message.Message, keys []uint64) (*inflightReq, 
 		}
 	}
 	for _, c := range e.cuts {
-		if overlaps(lo, hi+1, c.mv.Begin, c.mv.End) && (c.exported || seq >= c.seq) {
+		if !overlaps(lo, hi+1, c.mv.Begin, c.mv.End) {
+			continue
+		}
+		if c.exported {
+			// The keys left: only the commit epoch (e+2) routes a request
+			// numbered below the cut to the new owner. Naming e+1, which
+			// the worker may have, would send it straight back here.
+			go e.redirect(m, c.mv.Epoch+1)
+			return nil, false
+		}
+		if seq >= c.seq {
 			go e.redirect(m, c.mv.Epoch)
 			return nil, false
 		}

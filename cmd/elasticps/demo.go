@@ -77,7 +77,10 @@ func runDemo(ctx context.Context, args []string) error {
 		p.Features, *servers, *workers, p.Iters)
 	job := &launcher.Job{NumServers: *servers, NumWorkers: *workers, Command: []string{exe, "demo-node"},
 		Env: append(p.env(), "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_NODE_HOST=127.0.0.1"), Timeout: 10 * time.Minute}
-	return job.Run(ctx)
+	if err := job.Run(ctx); err != nil {
+		return err
+	}
+	return stragglerDemo(ctx)
 }
 
 // runDemoNode is one process of the demo job.

@@ -29,6 +29,7 @@ commands:
   demo         train logistic regression on a local job and print a summary
   ctl          status, move, drain on an elastic scheduler (PS_ELASTIC=1)
   bench        transport benchmark matrix (--van zmq|tcp|all, --json, --cpuprofile)
+  bench straggler   PSLD straggler benchmark: static vs elastic vs oracle placement
 
 Environment (ps-lite's names): DMLC_ROLE, DMLC_NUM_WORKER, DMLC_NUM_SERVER,
 DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, DMLC_NODE_HOST, DMLC_INTERFACE, PORT,
@@ -58,9 +59,15 @@ func run(args []string) int {
 	case "demo":
 		err = runDemo(ctx, args[1:])
 	case "bench":
-		err = runBench(ctx, args[1:])
+		if len(args) > 1 && args[1] == "straggler" {
+			err = runStraggler(ctx, args[2:])
+		} else {
+			err = runBench(ctx, args[1:])
+		}
 	case "bench-node":
 		err = runBenchNode(ctx)
+	case "straggler-node":
+		err = runStragglerNode(ctx)
 	case "ctl":
 		err = runCtl(args[1:])
 	case "demo-node":

@@ -156,6 +156,17 @@ func TestNoLostUpdateUnderMigrations(t *testing.T) {
 						}
 						if syncMode {
 							require.NoError(t, j.workers[wi].Barrier(0, message.WorkerGroup))
+						} else if r%3 == 0 {
+							// pulls during moves: routed by the push count
+							// of their keys, redirected after an export
+							for _, ts := range pending {
+								require.NoError(t, w.Wait(ts))
+							}
+							pending = pending[:0]
+							var got []float32
+							ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
+							require.NoError(t, err)
+							require.NoError(t, w.Wait(ts), "worker %d pull in round %d", wi, r)
 						}
 					}
 					for _, ts := range pending {
