@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build demo test deps vet staticcheck unit unit-tcp rdma compat bridge clean fmt-check
+.PHONY: all build demo test deps vet staticcheck unit unit-tcp rdma compat compat-fabric bridge clean fmt-check
 
 all: build
 
@@ -57,7 +57,12 @@ bridge: deps
 compat: bridge
 	$(MAKE) -C compat_tests run
 
+# The same C++ programs with the RDMA build of the bridge, every node on
+# libfabric (DMLC_ENABLE_RDMA=fabric).
+compat-fabric: deps
+	$(MAKE) -C compat_tests run-fabric
+
 test: fmt-check vet staticcheck unit unit-tcp rdma compat
 
 clean:
-	rm -rf $(BIN) cbridge/build cbridge/deps compat_tests/build
+	rm -rf $(BIN) cbridge/build cbridge/build-rdma cbridge/deps compat_tests/build compat_tests/build-rdma

@@ -17,6 +17,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/rdma"
 	"github.com/elasticps/elasticps/van/zmq"
 )
 
@@ -113,8 +114,8 @@ func checkUnsupported(env postoffice.Getenv, role int) error {
 	if v, ok := env("DMLC_GROUP_SIZE"); ok && v != "" && v != "1" {
 		return fmt.Errorf("elasticps: DMLC_GROUP_SIZE=%s is not supported (one instance per process): unset it or set it to 1", v)
 	}
-	if v, ok := env("DMLC_ENABLE_RDMA"); ok && v != "" && v != "0" && v != "zmq" {
-		return fmt.Errorf("elasticps: DMLC_ENABLE_RDMA=%s: this build has only the zmq transport; unset DMLC_ENABLE_RDMA", v)
+	if v, ok := env("DMLC_ENABLE_RDMA"); ok && v != "" && v != "0" && v != "zmq" && !rdma.Built {
+		return fmt.Errorf("elasticps: DMLC_ENABLE_RDMA=%s: this libps was built without the RDMA van; rebuild it with make USE_RDMA=1 (needs libibverbs-dev, librdmacm-dev, libfabric-dev), or unset DMLC_ENABLE_RDMA", v)
 	}
 	if v, ok := env("DMLC_ENABLE_UCX"); ok && v != "" && v != "0" {
 		return fmt.Errorf("elasticps: DMLC_ENABLE_UCX=%s: this build has only the zmq transport; unset DMLC_ENABLE_UCX", v)

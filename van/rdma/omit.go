@@ -6,6 +6,9 @@ import (
 	"github.com/elasticps/elasticps/message"
 )
 
+// Built reports whether this build has the RDMA van (the rdma tag and cgo).
+const Built = false
+
 // Transport is a stand-in: this build has no RDMA code (see ErrNotBuilt).
 // It exists so that code mentioning rdma.Transport builds everywhere.
 type Transport struct{}

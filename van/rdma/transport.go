@@ -762,3 +762,6 @@ func peerName(id int32) string {
 	}
 	return "ps" + strconv.Itoa(int(id))
 }
+
+// Built reports whether this build has the RDMA van (the rdma tag and cgo).
+const Built = true
