@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/elasticps/elasticps/van/rdma"
 	"io"
 	"math"
 	"os"
@@ -53,7 +54,7 @@ func parseBenchArgs(args []string) (benchOptions, error) {
 		fmt.Fprint(fs.Output(), benchUsage)
 		fs.PrintDefaults()
 	}
-	van := fs.String("van", "all", "transport: zmq, tcp or all")
+	van := fs.String("van", "all", "transport: zmq, tcp, fabric or ibverbs (-tags rdma builds), or all")
 	topo := fs.String("topo", "1x1,2x2", "comma-separated SxW topologies (servers x workers)")
 	sizes := fs.String("sizes", "4KB,256KB,4MB", "comma-separated value sizes per operation")
 	ops := fs.String("ops-kind", "push,pull", "comma-separated operations: push, pull")
@@ -73,10 +74,18 @@ func parseBenchArgs(args []string) (benchOptions, error) {
 	switch *van {
 	case "all":
 		o.vans = []string{"zmq", "tcp"}
+		if rdma.Built {
+			o.vans = append(o.vans, "fabric")
+		}
 	case "zmq", "tcp":
 		o.vans = []string{*van}
+	case "fabric", "ibverbs":
+		if !rdma.Built {
+			return o, fmt.Errorf("bench: --van %s needs the RDMA van: build elasticps with -tags rdma (libibverbs-dev, librdmacm-dev, libfabric-dev)", *van)
+		}
+		o.vans = []string{*van}
 	default:
-		return o, fmt.Errorf("bench: --van %q: use zmq, tcp or all", *van)
+		return o, fmt.Errorf("bench: --van %q: use zmq, tcp, fabric, ibverbs (-tags rdma builds) or all", *van)
 	}
 	for _, t := range splitList(*topo) {
 		s, w, ok := strings.Cut(strings.ToLower(t), "x")
