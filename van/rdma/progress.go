@@ -22,6 +22,8 @@ func (t *Transport) progressLoop() {
 		t.mu.Lock()
 		if len(t.deferCtrl) > 0 {
 			timeout = time.Millisecond
+		} else if len(t.draining) > 0 {
+			timeout = 10 * time.Millisecond
 		}
 		t.mu.Unlock()
 		n, err := t.dev.poll(evs, timeout)
@@ -41,9 +43,13 @@ func (t *Transport) progressLoop() {
 			}
 		}
 		t.flushCtrlLocked()
+		t.reapDrainingLocked()
 		t.mu.Unlock()
 		for _, l := range broken {
 			t.closeLink(l)
+		}
+		if h := t.afterBatch.Load(); h != nil {
+			(*h)(evs[:n])
 		}
 	}
 }
@@ -74,7 +80,10 @@ func (t *Transport) handleLocked(ev *event) *link {
 		case l == nil:
 			// A link torn down meanwhile: nothing waits for it.
 		case m.typ == ctrlStart && !l.out:
-			t.onStartLocked(l, m)
+			if !l.peerGone {
+				// (The peer closed the link: nobody waits for the reply.)
+				t.onStartLocked(l, m)
+			}
 		case m.typ == ctrlReply && l.out:
 			if w := l.waiters[m.token]; w != nil {
 				delete(l.waiters, m.token)
@@ -144,7 +153,7 @@ func (t *Transport) retryStartsLocked() {
 	q := t.deferStart
 	t.deferStart = nil
 	for i, d := range q {
-		if d.l.dead {
+		if d.l.dead || d.l.peerGone {
 			continue
 		}
 		t.onStartLocked(d.l, d.m)

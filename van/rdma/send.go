@@ -67,7 +67,11 @@ func (t *Transport) Send(msg *message.Message) (int, error) {
 	if t.closed.Load() {
 		return 0, van.ErrClosed
 	}
-	for attempt := 0; ; attempt++ {
+	// Bounded by time, not by a count: Connect may replace the link many
+	// times in a row (each replacement cuts a rendezvous short), and every
+	// replacement is a reason to try again, not to fail.
+	deadline := time.Now().Add(sendRetryFor)
+	for {
 		l, err := t.linkTo(id)
 		if err != nil {
 			return 0, err
@@ -83,11 +87,15 @@ func (t *Transport) Send(msg *message.Message) (int, error) {
 		// The link closed under this Send before the message was posted
 		// (a Connect replaced it, or the peer went away): send it on the
 		// link that replaced it, or on a new dial, instead of failing.
-		if !errors.Is(err, errLinkClosed) || attempt >= 8 {
+		if !errors.Is(err, errLinkClosed) || time.Now().After(deadline) {
 			return 0, err
 		}
 	}
 }
+
+// sendRetryFor bounds how long Send keeps re-sending a message whose link
+// closed under it (replaced by Connect, or the peer went away).
+const sendRetryFor = 10 * time.Second
 
 func (t *Transport) sendOn(l *link, msg *message.Message) (int, error) {
 	id := msg.Meta.Recver
@@ -251,6 +259,12 @@ func (t *Transport) post(l *link, o *op, sg []sge, target remoteSlot) error {
 	l.sendMu.Lock()
 	binary.LittleEndian.PutUint32(b[12:], l.seq)
 	for {
+		if isClosed(l.closed) {
+			// Never write on a link whose closing began (closeLink): the
+			// peer may have let its slots go.
+			err = errLinkClosed
+			break
+		}
 		err = t.dev.write(l.dl, sg, target.addr, target.rkey, target.idx, id)
 		if !errors.Is(err, errAgain) {
 			break
@@ -259,10 +273,6 @@ func (t *Transport) post(l *link, o *op, sg []sge, target remoteSlot) error {
 		// polls completions.
 		if t.closed.Load() {
 			err = van.ErrClosed
-			break
-		}
-		if isClosed(l.closed) {
-			err = errLinkClosed
 			break
 		}
 		time.Sleep(20 * time.Microsecond)

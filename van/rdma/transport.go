@@ -40,6 +40,12 @@ const (
 	// any order): the Send waiting on it may be a node's receive loop, and
 	// a peer that is gone must not stall it.
 	redialTimeout = time.Second
+
+	// drainWait bounds how long an incoming link whose peer closed it is
+	// kept for the writes that peer posted before closing. The device
+	// reports the closing (the bootstrap connection, an rdma_cm event) on
+	// another path than the completions, and may report it first.
+	drainWait = time.Second
 )
 
 // Stats counts how messages travelled; tests and benchmarks read them.
@@ -89,6 +95,7 @@ type Transport struct {
 	opWait      chan struct{} // signalled when an op id is freed
 	deferCtrl   []deferredCtrl
 	deferStart  []deferredStart
+	draining    []*link // in links whose peer closed them (peerGone)
 	pending     map[respKey]*pendingResp // responder: requests awaiting our response
 	reqs        map[respKey]*outReq      // requester: our requests awaiting a response
 	nextToken   uint64
@@ -98,6 +105,10 @@ type Transport struct {
 	memMu sync.RWMutex
 
 	closeOnce sync.Once
+
+	// afterBatch, if set (by tests), is called by the progress goroutine
+	// after it handled each batch of events, without mu held.
+	afterBatch atomic.Pointer[func([]event)]
 }
 
 var _ van.Transport = (*Transport)(nil)
@@ -140,6 +151,13 @@ type link struct {
 	next    uint32           // next sequence number to deliver
 	held    map[uint32]*slot // arrived ahead of next
 	inCache map[chanKey]int  // slots bound per channel
+
+	// peerGone: the peer closed the link but writes it posted before may
+	// still be in the completion queue (in links, guarded by
+	// Transport.mu); the link is dropped at drainBy or once nothing is
+	// outstanding on it.
+	peerGone bool
+	drainBy  time.Time
 }
 
 // cachedSlot is a receiver slot a sender may write a request into without
@@ -482,9 +500,15 @@ func (t *Transport) garbage(from string, err error) {
 	t.log.Warn("van/rdma: rejected a bootstrap connection", "from", from, "err", err, "rejected_total", n)
 }
 
-// linkClosed implements linkSink.
+// linkClosed implements linkSink. An incoming link that may still have
+// writes in the completion queue (a slot granted to it, a message held
+// behind a gap) is not dropped yet: its peer posted those writes before it
+// closed the link, and the device may report the closing before their
+// completions. The progress goroutine drops it once they arrived, or after
+// drainWait.
 func (t *Transport) linkClosed(dl devLink) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	var l *link
 	for _, x := range t.links {
 		if x.dl == dl {
@@ -492,10 +516,50 @@ func (t *Transport) linkClosed(dl devLink) {
 			break
 		}
 	}
-	if l != nil {
+	switch {
+	case l == nil || l.peerGone:
+	case l.out || t.closed.Load() || !t.awaitsWritesLocked(l):
 		t.dropLinkLocked(l)
+	default:
+		l.peerGone = true
+		l.drainBy = time.Now().Add(drainWait)
+		t.draining = append(t.draining, l)
 	}
-	t.mu.Unlock()
+}
+
+// awaitsWritesLocked reports whether an incoming link may still receive a
+// write: a slot is granted to it, or a message waits for an earlier one.
+func (t *Transport) awaitsWritesLocked(l *link) bool {
+	if len(l.held) > 0 {
+		return true
+	}
+	for _, s := range t.slots {
+		if s != nil && s.link == l && s.state == slotGranted {
+			return true
+		}
+	}
+	return false
+}
+
+// reapDrainingLocked drops the links of t.draining that received what they
+// awaited or whose time is up.
+func (t *Transport) reapDrainingLocked() {
+	if len(t.draining) == 0 {
+		return
+	}
+	now := time.Now()
+	keep := t.draining[:0]
+	for _, l := range t.draining {
+		switch {
+		case l.dead:
+		case now.After(l.drainBy) || !t.awaitsWritesLocked(l):
+			t.dropLinkLocked(l)
+		default:
+			keep = append(keep, l)
+		}
+	}
+	clear(t.draining[len(keep):])
+	t.draining = keep
 }
 
 // closeLink tears l down on both ends.
@@ -504,9 +568,18 @@ func (t *Transport) closeLink(l *link) {
 	wasDead := l.dead
 	t.dropLinkLocked(l)
 	t.mu.Unlock()
-	if !wasDead && l.dl != nil {
-		t.dev.closeLink(l.dl)
+	if wasDead || l.dl == nil {
+		return
 	}
+	if l.out {
+		// A write being posted on l is posted before the peer learns that
+		// l closed (post checks l.closed under sendMu): the peer keeps
+		// the link for the writes posted before, not for ones after.
+		l.sendMu.Lock()
+		//lint:ignore SA2001 the empty critical section orders posting with closing
+		l.sendMu.Unlock()
+	}
+	t.dev.closeLink(l.dl)
 }
 
 // dropLinkLocked forgets l: waiters fail, messages that arrived on it are
@@ -692,7 +765,8 @@ func (t *Transport) releaseUserLocked(r *userReg) {
 	r.pin.Unpin()
 }
 
-// Close implements van.Transport. A Recv or Send in progress returns
+// Close implements van.Transport. Writes already posted get up to
+// retireWait to complete first; then a Recv or Send in progress returns
 // van.ErrClosed. Close returns once the device is released.
 func (t *Transport) Close() error {
 	t.closeOnce.Do(t.close)
@@ -700,6 +774,20 @@ func (t *Transport) Close() error {
 }
 
 func (t *Transport) close() {
+	// Writes already posted (a Send returns once its write is posted) get
+	// a moment to leave: shutting the device down drops them, and a peer
+	// would never see the last messages a node sent before closing, such
+	// as a scheduler's final barrier release.
+	deadline := time.Now().Add(retireWait)
+	for {
+		t.mu.Lock()
+		inFlight := len(t.freeOps) < len(t.ops)
+		t.mu.Unlock()
+		if !inFlight || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	t.mu.Lock()
 	t.closed.Store(true)
 	close(t.done)
