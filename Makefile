@@ -62,7 +62,7 @@ compat: bridge
 compat-fabric: deps
 	$(MAKE) -C compat_tests run-fabric
 
-test: fmt-check vet staticcheck unit unit-tcp rdma compat
+test: fmt-check vet staticcheck unit unit-tcp rdma compat compat-fabric
 
 clean:
 	rm -rf $(BIN) cbridge/build cbridge/build-rdma cbridge/deps compat_tests/build compat_tests/build-rdma
