@@ -223,7 +223,18 @@ func contains(s, sub string) bool {
 // final sums are exact and a later barrier on all nodes does not wait for
 // the server that left (nor count the standby).
 func TestScaleOutAndIn(t *testing.T) {
-	const ns, nw, rounds = 3, 2, 200
+	for _, syncMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", syncMode), func(t *testing.T) { scaleOutAndIn(t, syncMode) })
+	}
+}
+
+func scaleOutAndIn(t *testing.T, syncMode bool) {
+	const ns, nw = 3, 2
+	// Workers push until the scaling is done, then a few rounds more, so
+	// both happen mid-run: stopAt is set to a round all workers have yet
+	// to reach (they are within one round of each other in sync mode).
+	var stopAt, maxRound atomic.Int64
+	stopAt.Store(1 << 40)
 	j := startElasticJob(t, ns, nw)
 	var keys []uint64
 	var vals []float32
@@ -234,14 +245,22 @@ func TestScaleOutAndIn(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, w := range j.kvw {
+	pushes := make([]int, nw)
+	for wi, w := range j.kvw {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range rounds {
+			for r := int64(0); r < stopAt.Load(); r++ {
+				if r > maxRound.Load() {
+					maxRound.Store(r)
+				}
+				pushes[wi]++
 				ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
 				require.NoError(t, err)
 				require.NoError(t, w.Wait(ts))
+				if syncMode {
+					require.NoError(t, j.workers[wi].Barrier(0, message.WorkerGroup))
+				}
 			}
 		}()
 	}
@@ -256,7 +275,9 @@ func TestScaleOutAndIn(t *testing.T) {
 	res, err := j.coord.Drain(drained)
 	require.NoError(t, err)
 	require.NotEmpty(t, res)
+	stopAt.Store(maxRound.Load() + 5)
 	wg.Wait()
+	require.Equal(t, pushes[0], pushes[1])
 	for _, iv := range j.sched.Routing().Current().Intervals {
 		require.NotEqual(t, drained, iv.Node, "interval still on the drained server")
 	}
@@ -275,7 +296,7 @@ func TestScaleOutAndIn(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, j.kvw[0].Wait(ts))
 	for i, v := range vals {
-		require.Equal(t, v*rounds*nw, got[i], "key %d", keys[i])
+		require.Equal(t, v*float32(pushes[0]*nw), got[i], "key %d", keys[i])
 	}
 	// the job's final barrier completes without the server that left
 	var bw sync.WaitGroup
