@@ -95,7 +95,7 @@ type Transport struct {
 	opWait      chan struct{} // signalled when an op id is freed
 	deferCtrl   []deferredCtrl
 	deferStart  []deferredStart
-	draining    []*link // in links whose peer closed them (peerGone)
+	draining    []*link                  // in links whose peer closed them (peerGone)
 	pending     map[respKey]*pendingResp // responder: requests awaiting our response
 	reqs        map[respKey]*outReq      // requester: our requests awaiting a response
 	nextToken   uint64
