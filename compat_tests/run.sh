@@ -86,6 +86,53 @@ for f in "$BIN_DIR"/logs/test_benchmark-*.log; do
   [ -f "$f" ] && grep -h "bench " "$f" | sed 's/^/      /'
 done
 
+# Elastic mode: C++ workers through the bridge, elasticps scheduler and
+# servers, key ranges moved by `elasticps ctl move` while the workers push.
+elastic() {
+  local name=elastic-2x2 attempt=${1:-1}
+  if [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]]; then
+    return
+  fi
+  local port=$((20000 + RANDOM % 20000)) log="$BIN_DIR/logs/$name.log" start=$SECONDS
+  local ctl=("$LAUNCHER" ctl --addr "127.0.0.1:$((port + 1))")
+  "$LAUNCHER" local -s 2 -w 2 --port "$port" --timeout "$TIMEOUT" ${EXTRA[@]+"${EXTRA[@]}"} \
+    --env PS_ELASTIC=1 --env "PS_CTL_ADDR=127.0.0.1:$((port + 1))" --env PS_BALANCE_INTERVAL=600000 --env ELASTIC_ROUNDS=1500 \
+    --scheduler-cmd "$LAUNCHER scheduler" --server-cmd "$LAUNCHER server" -- "./$BIN_DIR/test_elastic" >"$log" 2>&1 &
+  local job=$!
+  local moved=0 tries=0
+  # once the job is up, move server 8's and server 10's first keys back and
+  # forth (8 moves) while the workers push; the second range starts at
+  # 2^63-1, which bash arithmetic would overflow, hence the literals
+  while [ "$moved" -lt 8 ] && [ "$tries" -lt 300 ] && kill -0 "$job" 2>/dev/null; do
+    tries=$((tries + 1))
+    local to=10 to1=8
+    if [ $((moved % 4)) -ge 2 ]; then to=8 to1=10; fi
+    if [ $((moved % 2)) -eq 0 ]; then
+      "${ctl[@]}" move 0 3 "$to" >>"$log" 2>&1 && moved=$((moved + 1)) || sleep 0.05
+    else
+      "${ctl[@]}" move 9223372036854775807 9223372036854775810 "$to1" >>"$log" 2>&1 && moved=$((moved + 1)) || sleep 0.05
+    fi
+  done
+  local ok=0
+  wait "$job" && ok=1
+  if [ "$ok" -eq 0 ] && [ "$attempt" -eq 1 ] && grep -qi "address already in use" "$log"; then
+    # the random port was taken by something else: once more on another
+    echo "      (port $port was in use; running $name again on another port)"
+    elastic 2
+    return
+  fi
+  if [ "$ok" -eq 1 ] && [ "$moved" -ge 8 ] && [ "$(grep -c 'exact sums' "$log")" -eq 2 ]; then
+    pass=$((pass + 1))
+    printf 'PASS  %-44s %3ds  (%d moves)\n' "$name" $((SECONDS - start)) "$moved"
+  else
+    fail=$((fail + 1))
+    failed+=("$name")
+    printf 'FAIL  %-44s %3ds  (%d moves; log: %s)\n' "$name" $((SECONDS - start)) "$moved" "$HERE/$log"
+    tail -n 30 "$log" | sed 's/^/      /'
+  fi
+}
+elastic
+
 echo "== $pass passed, $fail failed"
 if [ "$fail" -ne 0 ]; then
   printf '   failed: %s\n' "${failed[@]}"

@@ -78,12 +78,11 @@ func post(c *http.Client, u string) error {
 	if err != nil {
 		return fmt.Errorf("ctl: cannot reach the scheduler: %w", err)
 	}
-	var out map[string]any
+	var out json.RawMessage // printed as the scheduler sent it (keys are 64-bit)
 	if err := decode(resp, &out); err != nil {
 		return err
 	}
-	b, _ := json.MarshalIndent(out, "", "  ")
-	fmt.Println(string(b))
+	fmt.Println(string(out))
 	return nil
 }
 

@@ -384,9 +384,8 @@ func (t *Transport) dialLoop(p *peer) {
 			t.log.Debug("van/rdma: connected", "node", p.id, "host", p.host, "port", p.port, "identity", p.ident)
 			return
 		}
-		delete(t.links, l.id)
-		l.dead = true
-		close(l.closed)
+		// Close may have dropped l already while it was being dialled.
+		t.dropLinkLocked(l)
 		if err == nil {
 			// Replaced while dialling: whoever waits on p looks again.
 			p.err = errReplaced

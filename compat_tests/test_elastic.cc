@@ -1,0 +1,53 @@
+// Scenario "elastic": C++ workers, written against the ps-lite API only,
+// in an elastic job (PS_ELASTIC=1) whose scheduler and servers are
+// elasticps processes. While the workers push, run.sh moves key ranges
+// between the servers with `elasticps ctl move`; the workers then check
+// that every push is in the sums, exactly. Keys are spread over every
+// server range; values are small integers, so float sums are exact.
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "ps/ps.h"
+
+using namespace ps;
+
+int main() {
+  if (!IsWorker()) {
+    // the scheduler and servers of this scenario are elasticps processes
+    EXPECT(false) << "run test_elastic as the worker program only (--scheduler-cmd/--server-cmd elasticps)";
+  }
+  KVWorker<float> kv(0, 0);
+  Start(0);
+  const int rounds = compat::EnvInt("ELASTIC_ROUNDS", 600);
+  std::vector<Key> keys;
+  std::vector<float> vals;
+  const std::vector<Range>& ranges = Postoffice::Get()->GetServerKeyRanges();
+  for (size_t s = 0; s < ranges.size(); ++s) {
+    for (int i = 0; i < 6; ++i) {
+      keys.push_back(ranges[s].begin() + static_cast<Key>(i));
+      vals.push_back(static_cast<float>(s * 10 + i + 1));
+    }
+  }
+  for (int r = 0; r < rounds; ++r) {
+    kv.Wait(kv.Push(keys, vals));
+    if (r % 10 == 0) {
+      std::vector<float> got;
+      kv.Wait(kv.Pull(keys, &got));  // pulls during moves are redirected too
+      EXPECT(got.size() == vals.size()) << "pulled " << got.size() << " values";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  Postoffice::Get()->Barrier(0, kWorkerGroup);
+  std::vector<float> got;
+  kv.Wait(kv.Pull(keys, &got));
+  EXPECT(got.size() == vals.size()) << "pulled " << got.size() << " values";
+  for (size_t i = 0; i < vals.size(); ++i) {
+    float want = vals[i] * rounds * NumWorkers();
+    EXPECT(got[i] == want) << "key " << keys[i] << ": " << got[i] << ", want " << want;
+  }
+  std::printf("test_elastic: worker rank %d OK (%d rounds, exact sums)\n", MyRank(), rounds);
+  Finalize(0, true);
+  return 0;
+}
