@@ -1,6 +1,8 @@
 // Scenario "elastic": C++ workers, written against the ps-lite API only,
-// in an elastic job (PS_ELASTIC=1) whose scheduler and servers are
-// elasticps processes. While the workers push, run.sh moves key ranges
+// in an elastic job (PS_ELASTIC=1) whose scheduler is an elasticps process
+// and whose servers are either elasticps processes or this program (a
+// KVServer with KVServerDefaultHandle, whose state moves by the bridge's
+// generic capture-and-install hand-over). While the workers push, run.sh moves key ranges
 // between the servers with `elasticps ctl move`; the workers then check
 // that every push is in the sums, exactly. Keys are spread over every
 // server range; values are small integers, so float sums are exact.
@@ -14,9 +16,17 @@
 using namespace ps;
 
 int main() {
-  if (!IsWorker()) {
-    // the scheduler and servers of this scenario are elasticps processes
-    EXPECT(false) << "run test_elastic as the worker program only (--scheduler-cmd/--server-cmd elasticps)";
+  if (IsScheduler()) {
+    // the scheduler runs the migration coordinator: an elasticps process
+    EXPECT(false) << "run the scheduler with --scheduler-cmd 'elasticps scheduler'";
+  }
+  if (IsServer()) {
+    KVServer<float> server(0);
+    server.set_request_handle(KVServerDefaultHandle<float>());
+    Start(0);
+    std::printf("test_elastic: C++ server rank %d serving\n", MyRank());
+    Finalize(0, true);
+    return 0;
   }
   KVWorker<float> kv(0, 0);
   Start(0);

@@ -37,6 +37,9 @@ const (
 	ElasticReport
 	// ElasticLeave: scheduler -> drained server: leave the job.
 	ElasticLeave
+	// ElasticAccept: scheduler -> new owner, before a move: can it take
+	// the keys? (answered with an error when it cannot)
+	ElasticAccept
 )
 
 // Move names one migration: keys [Begin, End) go from node From to node

@@ -111,6 +111,12 @@ func (e *serverElastic) handle(d SimpleData) ([]byte, error) {
 			return nil, err
 		}
 		return nil, e.install(mv, state)
+	case ElasticAccept:
+		mv, _, err := UnmarshalMove(d.Body)
+		if err != nil {
+			return nil, err
+		}
+		return nil, e.accept(mv)
 	case ElasticLeave:
 		// Answer first, then stop: the scheduler waits for the answer.
 		go func() {
@@ -432,4 +438,23 @@ func (e *serverElastic) redirect(m *message.Message, epoch uint64) {
 	if _, err := e.po.Send(r); err != nil {
 		e.po.Logger().Error("elastic: redirect not sent", "to", m.Meta.Sender, "err", err)
 	}
+}
+
+// accept says whether this server can take mv's keys. Without a Migrator,
+// keys arrive by an initializing push, which the handler adds to whatever
+// it still holds for them; a handler that held them before (they moved
+// away and would come back) would double them, so such a move is refused
+// before anything changes.
+func (e *serverElastic) accept(mv Move) error {
+	if e.migrator() != nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k := range e.keys {
+		if k >= mv.Begin && k < mv.End {
+			return fmt.Errorf("this server held key %d before and its handler has no Migrator: the generic hand-over would add the moved value to the one it still holds; move the keys to another server", k)
+		}
+	}
+	return nil
 }

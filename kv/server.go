@@ -83,11 +83,38 @@ func (s *Server) Redirected() int64 { return s.redirected.Load() }
 // NewServer registers a server for appID on po. Until SetRequestHandler is
 // called, every request is answered with an error.
 func NewServer(po *postoffice.Postoffice, appID int) (*Server, error) {
+	return NewServerWith(po, appID, ServerOptions{})
+}
+
+// ServerOptions are handlers installed before the server is registered, so
+// that no request that arrives early meets a missing handler (a C++
+// KVServer created after Start receives requests at once).
+type ServerOptions struct {
+	Handler        ServerHandler
+	SimpleRequest  SimpleHandler
+	SimpleResponse SimpleHandler
+}
+
+// NewServerWith is NewServer with handlers in place from the start.
+func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) (*Server, error) {
 	if po == nil {
 		return nil, errors.New("kv: nil postoffice")
 	}
 	s := &Server{po: po, simple: embeddedSimpleApp(po)}
-	c, err := newCustomer(po, appID, appID, s.process, func(c *Customer) { s.c, s.simple.c = c, c })
+	c, err := newCustomer(po, appID, appID, s.process, func(c *Customer) {
+		s.c, s.simple.c = c, c
+		for _, o := range opts {
+			if o.Handler != nil {
+				s.SetRequestHandler(o.Handler)
+			}
+			if o.SimpleRequest != nil {
+				s.simple.SetRequestHandler(o.SimpleRequest)
+			}
+			if o.SimpleResponse != nil {
+				s.simple.SetResponseHandler(o.SimpleResponse)
+			}
+		}
+	})
 	if err != nil {
 		return nil, err
 	}

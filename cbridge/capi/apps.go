@@ -61,6 +61,7 @@ type app struct {
 
 	appCtx  unsafe.Pointer // C++ SimpleApp, for on_simple
 	srvCtx  unsafe.Pointer // C++ KVServer request sink, for on_kv_request
+	server  *kv.Server     // KVServer apps
 	custCtx unsafe.Pointer // C++ Customer, for on_message
 
 	// copyOnSend: the resend layer keeps sent messages for retransmission,
@@ -73,7 +74,7 @@ type app struct {
 	ops map[unsafe.Pointer]struct{}
 	// reqs are the server requests awaiting Response (for a warning about
 	// answers that match none).
-	reqs map[reqKey]struct{}
+	reqs map[reqKey]kv.ReqMeta
 	// reported and failed hold errors already reported (returned by
 	// Request, by timestamp; logged when an operation failed, in arrival
 	// order), so that Wait does not report them a second time. Both are
@@ -91,7 +92,7 @@ func newApp(kind appKind, po *postoffice.Postoffice, appID, customerID int) *app
 		customerID: int32(customerID),
 		copyOnSend: cfg.Resend,
 		ops:        map[unsafe.Pointer]struct{}{},
-		reqs:       map[reqKey]struct{}{},
+		reqs:       map[reqKey]kv.ReqMeta{},
 		reported:   map[int32]error{},
 	}
 }
@@ -134,12 +135,19 @@ func newServerApp(appID int, ctx, srvCtx unsafe.Pointer) (*app, error) {
 	}
 	a := newApp(kindServer, po, appID, appID)
 	a.appCtx, a.srvCtx = ctx, srvCtx
-	// Servers receive data messages as customer (app id, app id).
-	c, err := kv.NewCustomer(po, appID, appID, a.handleServerMessage)
+	// A kv.Server (customer (app id, app id)), with the C++ handlers in
+	// place before it can receive anything; in elastic mode (PS_ELASTIC)
+	// it takes part in migrations, handing state over by the generic
+	// capture-and-install path (a C++ handler has no Migrator).
+	srv, err := kv.NewServerWith(po, appID, kv.ServerOptions{
+		Handler:        a.onKVRequest,
+		SimpleRequest:  func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, true, d) },
+		SimpleResponse: func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, false, d) },
+	})
 	if err != nil {
 		return nil, err
 	}
-	a.cust = c
+	a.server, a.cust = srv, srv.Customer()
 	return a, nil
 }
 
@@ -178,7 +186,7 @@ func (a *app) close() {
 		orphans = append(orphans, ctx)
 	}
 	a.ops = map[unsafe.Pointer]struct{}{}
-	a.reqs = map[reqKey]struct{}{}
+	a.reqs = map[reqKey]kv.ReqMeta{}
 	a.mu.Unlock()
 	for _, ctx := range orphans {
 		callKVDone(ctx, doneCancelled, nil, nil, nil)
@@ -354,9 +362,13 @@ func (a *app) kvResponse(cm kv.ReqMeta, dt message.DataType, res kv.KVPairs) err
 	}
 	k := reqKey{cm.Sender, cm.CustomerID, cm.Timestamp}
 	a.mu.Lock()
-	_, ok := a.reqs[k]
+	meta, ok := a.reqs[k]
 	delete(a.reqs, k)
 	a.mu.Unlock()
+	if !ok {
+		meta = cm
+	}
+	meta.DataType = dt
 	if !ok {
 		// A KVMeta the handler built, or a second answer: ps-lite sends
 		// whatever it is given, and so does the bridge, but says so.
@@ -365,7 +377,7 @@ func (a *app) kvResponse(cm kv.ReqMeta, dt message.DataType, res kv.KVPairs) err
 	}
 	if len(res.Lens) != 0 && len(res.Lens) != len(res.Keys) {
 		err := fmt.Errorf("elasticps: KVServer::Response with %d lens for %d keys; the worker gets an error instead", len(res.Lens), len(res.Keys))
-		if sendErr := a.sendKVError(cm, err); sendErr != nil {
+		if sendErr := a.server.ResponseError(meta, err); sendErr != nil {
 			return errors.Join(err, sendErr)
 		}
 		return err
@@ -376,5 +388,14 @@ func (a *app) kvResponse(cm kv.ReqMeta, dt message.DataType, res kv.KVPairs) err
 	if a.copyOnSend || sendByReference {
 		res.Keys, res.Vals, res.Lens = slices.Clone(res.Keys), slices.Clone(res.Vals), slices.Clone(res.Lens)
 	}
-	return a.sendKVResponse(cm, dt, res)
+	return a.server.Response(meta, res)
+}
+
+// onKVRequest is the kv.Server handler: it remembers the request for
+// Response and hands it to the C++ KVServer.
+func (a *app) onKVRequest(meta kv.ReqMeta, data kv.KVPairs, _ *kv.Server) {
+	a.mu.Lock()
+	a.reqs[reqKey{meta.Sender, meta.CustomerID, meta.Timestamp}] = meta
+	a.mu.Unlock()
+	callKVRequest(a.srvCtx, meta, data)
 }

@@ -142,6 +142,9 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	for len(c.exports) > 0 {
 		<-c.exports
 	}
+	if _, err := c.link.Call(to, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout); err != nil {
+		return c.finish(res, fmt.Errorf("coord: node %d cannot take keys [%d, %d): %w", to, begin, end, err))
+	}
 	ans, err := c.link.Call(from, kv.ElasticPrepare, kv.MarshalMove(mv, nil), c.Timeout)
 	if err != nil || len(ans) != 8 {
 		return c.finish(res, fmt.Errorf("coord: prepare on node %d: %v", from, err))

@@ -344,6 +344,7 @@ func TestFallbackHandOver(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
+	var done atomic.Int64 // pushes completed, all workers
 	for _, w := range j.kvw {
 		wg.Add(1)
 		go func() {
@@ -352,17 +353,33 @@ func TestFallbackHandOver(t *testing.T) {
 				ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
 				require.NoError(t, err)
 				require.NoError(t, w.Wait(ts))
+				done.Add(1)
 			}
 		}()
 	}
+	// every key has been pushed (and so held) before anything moves
+	require.Eventually(t, func() bool { return done.Load() >= 4 }, 10*time.Second, time.Millisecond)
+	// each key moves once, to the other server (a key may not come back to
+	// a server without Migrator that held it: see below)
 	moved := 0
-	for i := 0; moved < 6 && i < 200; i++ {
-		k := keys[i%len(keys)]
-		to := int32(message.ServerRankToID((i / len(keys)) % 2))
-		if _, err := j.coord.Move(k, k+1, to); err == nil {
-			moved++
+	for _, k := range keys {
+		r := j.sched.Routing().Current()
+		to := int32(message.ServerRankToID(0))
+		if r.Intervals[r.Find(k)].Node == to {
+			to = int32(message.ServerRankToID(1))
 		}
+		_, err := j.coord.Move(k, k+1, to)
+		require.NoError(t, err)
+		moved++
 	}
+	// moving a key back to a server that held it is refused up front
+	k := keys[0]
+	back := int32(message.ServerRankToID(0))
+	if j.sched.Routing().Current().Intervals[j.sched.Routing().Current().Find(k)].Node == back {
+		back = int32(message.ServerRankToID(1))
+	}
+	_, err := j.coord.Move(k, k+1, back)
+	require.ErrorContains(t, err, "held key")
 	wg.Wait()
 	require.GreaterOrEqual(t, moved, 6)
 	var got []float32
