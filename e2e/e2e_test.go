@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -238,8 +239,9 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	}
 }
 
-// Scale-out and scale-in through the CLI, in an elastic job of processes: a
-// standby server joins and `elasticps ctl move` gives it a range, then
+// Scale-out and scale-in through the CLI, in an elastic job of processes:
+// `elasticps ctl add` starts a standby server that joins, `elasticps ctl
+// move` gives it a range, then
 // `elasticps ctl drain` moves a server's keys away while the worker pushes;
 // the drained server leaves and exits cleanly, the standby is released at
 // the end, the worker's sums are exact and the job finishes.
@@ -262,9 +264,13 @@ func TestElasticDrainWithCtl(t *testing.T) {
 		require.NoError(t, err, "ctl %v: %s", args, out)
 		return string(out)
 	}
-	// scale-out: a standby server joins and takes server 8's range
-	standby := start(t, "standby", env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server")
-	require.Eventually(t, func() bool { return strings.Contains(ctl("status"), "servers [8 10 12]") }, 20*time.Second, 100*time.Millisecond)
+	// scale-out: `ctl add` starts a standby server that joins the job
+	add := exec.Command(elasticpsBin, "ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", port+1), "add")
+	add.Env = append(cleanEnv(), env()...)
+	addOut, err := add.CombinedOutput()
+	require.NoError(t, err, "ctl add: %s", addOut)
+	require.Contains(t, string(addOut), "standby server 12 joined")
+	require.Contains(t, ctl("status"), "servers [8 10 12]")
 	out := ctl("move", "0", "9223372036854775807", "12")
 	require.Contains(t, out, `"To": 12`)
 	// scale-in: server 10 is drained and leaves
@@ -277,7 +283,13 @@ func TestElasticDrainWithCtl(t *testing.T) {
 	require.NotRegexp(t, `(?m)^\d+\s+\d+\s+10\s`, status, "no range may stay on server 10:\n%s", status)
 	require.NoError(t, os.WriteFile(signal, nil, 0o644))
 	worker.waitFor(t, "elastic OK")
-	for _, p := range []*proc{worker, s0, s1, standby, sched} {
+	for _, p := range []*proc{worker, s0, s1, sched} {
 		p.wait(t)
 	}
+	// the standby (not our child: ctl add detached it) was released at the
+	// end of the job and exited
+	var pid int
+	_, _ = fmt.Sscanf(string(addOut[strings.Index(string(addOut), "pid "):]), "pid %d", &pid)
+	require.Positive(t, pid)
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 10*time.Second, 50*time.Millisecond, "standby %d still running", pid)
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,8 @@ const ctlUsage = `usage: elasticps ctl [--addr HOST:PORT] COMMAND
   status                 routing table and recent moves
   move BEGIN END TO      move keys [BEGIN, END) to server node TO
   drain NODE             move all keys off server NODE, then let it leave
+  add                    start a standby server (this executable) that joins the
+                         running job; needs the job's DMLC_* variables
 The scheduler serves the control API when PS_ELASTIC=1, at PS_CTL_ADDR
 (default: the scheduler's host, DMLC_PS_ROOT_PORT+1).`
 
@@ -51,6 +54,8 @@ func runCtl(args []string) error {
 		return nil
 	case a[0] == "move" && len(a) == 4:
 		return post(client, base+"/move?"+url.Values{"begin": {a[1]}, "end": {a[2]}, "to": {a[3]}}.Encode())
+	case a[0] == "add" && len(a) == 1:
+		return ctlAdd(client, base)
 	case a[0] == "drain" && len(a) == 2:
 		if _, err := strconv.Atoi(a[1]); err != nil {
 			return fmt.Errorf("ctl: drain needs a server node id (8, 10, ...), got %q", a[1])
@@ -116,4 +121,48 @@ func printStatus(st coord.Status) {
 		}
 		tw.Flush()
 	}
+}
+
+// ctlAdd starts `elasticps server` with PS_STANDBY=1 as a process of its
+// own (it outlives ctl), then waits until the scheduler lists it.
+func ctlAdd(c *http.Client, base string) error {
+	for _, k := range []string{"DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_SERVER", "DMLC_NUM_WORKER"} {
+		if os.Getenv(k) == "" {
+			return fmt.Errorf("ctl add: %s is not set: a standby server needs the job's DMLC_* variables", k)
+		}
+	}
+	before, err := ctlServers(c, base)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe, "server")
+	cmd.Env = append(os.Environ(), "DMLC_ROLE=server", "PS_ELASTIC=1", "PS_STANDBY=1")
+	cmd.SysProcAttr = detached()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("ctl add: cannot start a server: %w", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		after, err := ctlServers(c, base)
+		if err == nil && len(after) > len(before) {
+			fmt.Printf("standby server %d joined (pid %d); give it keys with 'elasticps ctl move'\n", after[len(after)-1], cmd.Process.Pid)
+			return nil
+		}
+	}
+	return fmt.Errorf("ctl add: the standby server (pid %d) did not join within 30s", cmd.Process.Pid)
+}
+
+func ctlServers(c *http.Client, base string) ([]int32, error) {
+	resp, err := c.Get(base + "/status")
+	if err != nil {
+		return nil, fmt.Errorf("ctl: cannot reach the scheduler: %w", err)
+	}
+	var st coord.Status
+	if err := decode(resp, &st); err != nil {
+		return nil, err
+	}
+	return st.Servers, nil
 }
