@@ -149,25 +149,16 @@ func twoCustomers(po *postoffice.Postoffice) error {
 // replacement's store starts empty, the surviving server's store kept its
 // sum.
 func recoveryWorker(po *postoffice.Postoffice) error {
-	w, err := kv.NewWorker(po, 0, 0)
+	w, do, err := startedWorker(po)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := po.StartWithBarrier(0); err != nil {
-		return err
-	}
 	var keys []uint64
 	for _, r := range po.ServerKeyRanges() {
 		keys = append(keys, r.Begin+1)
 	}
 	ones := slices.Repeat([]float32{1}, len(keys))
-	do := func(ts int32, err error) error {
-		if err != nil {
-			return err
-		}
-		return w.Wait(ts)
-	}
 	if err := do(kv.Push(w, keys, ones, nil, kv.Options{})); err != nil {
 		return err
 	}
@@ -199,14 +190,11 @@ func recoveryWorker(po *postoffice.Postoffice) error {
 // elasticWorker pushes rounds until the test's signal file appears (the
 // test drains a server meanwhile), then checks the sums exactly.
 func elasticWorker(po *postoffice.Postoffice) error {
-	w, err := kv.NewWorker(po, 0, 0)
+	w, do, err := startedWorker(po)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := po.StartWithBarrier(0); err != nil {
-		return err
-	}
 	var keys []uint64
 	var vals []float32
 	for s, r := range po.ServerKeyRanges() {
@@ -214,12 +202,6 @@ func elasticWorker(po *postoffice.Postoffice) error {
 			keys = append(keys, r.Begin+uint64(i))
 			vals = append(vals, float32(s*10+i+1))
 		}
-	}
-	do := func(ts int32, err error) error {
-		if err != nil {
-			return err
-		}
-		return w.Wait(ts)
 	}
 	signal := os.Getenv("E2E_SIGNAL_FILE")
 	rounds := 0
@@ -246,4 +228,25 @@ func elasticWorker(po *postoffice.Postoffice) error {
 	}
 	fmt.Printf("elastic OK after %d rounds, %d redirects\n", rounds, w.Redirects())
 	return po.Finalize(0, true)
+}
+
+// startedWorker creates app 0's KV worker, starts the node (ps::Start, with
+// its barrier) and returns the worker with a function that waits for an
+// operation: do(kv.Push(...)).
+func startedWorker(po *postoffice.Postoffice) (*kv.Worker, func(int32, error) error, error) {
+	w, err := kv.NewWorker(po, 0, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := po.StartWithBarrier(0); err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	do := func(ts int32, err error) error {
+		if err != nil {
+			return err
+		}
+		return w.Wait(ts)
+	}
+	return w, do, nil
 }

@@ -64,18 +64,10 @@ func runBenchNode(ctx context.Context) error {
 	if err := json.Unmarshal([]byte(os.Getenv(benchPlanEnv)), &plan); err != nil {
 		return fmt.Errorf("%s: %v (bench-node is started by 'elasticps bench')", benchPlanEnv, err)
 	}
-	// DMLC_PS_VAN_TYPE is left to the plan: the environment parser only
-	// knows the ZeroMQ van's name.
-	cfg, err := postoffice.ConfigFromEnv(func(k string) (string, bool) {
-		if k == "DMLC_PS_VAN_TYPE" {
-			return "", false
-		}
-		return os.LookupEnv(k)
-	})
+	cfg, err := planNodeConfig(plan.Van)
 	if err != nil {
 		return err
 	}
-	cfg.VanType = plan.Van
 	cfg.Logger = nodeLogger()
 	if plan.Profile != "" {
 		name := fmt.Sprintf("%s-%s%s.pprof", plan.Profile, cfg.Role, os.Getenv("ELASTICPS_LOCAL_INDEX"))

@@ -118,3 +118,23 @@ func configFromEnv(role string) (postoffice.Config, error) {
 	cfg.Logger = nodeLogger()
 	return cfg, nil
 }
+
+// planNodeConfig is the configuration of a benchmark node: the DMLC_*
+// variables the launcher set, and the van the benchmark plan names ("" =
+// the default). The user's own DMLC_PS_VAN_TYPE is ignored, so that it
+// cannot override the plan.
+func planNodeConfig(van string) (postoffice.Config, error) {
+	cfg, err := postoffice.ConfigFromEnv(func(k string) (string, bool) {
+		if k == "DMLC_PS_VAN_TYPE" {
+			return "", false
+		}
+		return os.LookupEnv(k)
+	})
+	if err != nil {
+		return cfg, err
+	}
+	if van != "" {
+		cfg.VanType = van
+	}
+	return cfg, nil
+}

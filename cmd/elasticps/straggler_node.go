@@ -89,19 +89,9 @@ func runStragglerNode(ctx context.Context) error {
 	if err := json.Unmarshal([]byte(os.Getenv(stragPlanEnv)), &plan); err != nil {
 		return fmt.Errorf("%s: %v (straggler-node is started by 'elasticps bench straggler')", stragPlanEnv, err)
 	}
-	// The van comes from the plan: the environment parser knows only the
-	// ZeroMQ and RDMA vans' names.
-	cfg, err := postoffice.ConfigFromEnv(func(k string) (string, bool) {
-		if k == "DMLC_PS_VAN_TYPE" {
-			return "", false
-		}
-		return os.LookupEnv(k)
-	})
+	cfg, err := planNodeConfig(plan.Van)
 	if err != nil {
 		return err
-	}
-	if plan.Van != "" {
-		cfg.VanType = plan.Van
 	}
 	cfg.Logger = nodeLogger()
 	po, err := postoffice.Open(cfg)
