@@ -40,6 +40,10 @@ const (
 	// ElasticAccept: scheduler -> new owner, before a move: can it take
 	// the keys? (answered with an error when it cannot)
 	ElasticAccept
+	// ElasticExportFailed: old owner -> scheduler, body = move + the
+	// error's text: the export failed, abort the move now rather than
+	// after the timeout.
+	ElasticExportFailed
 )
 
 // Move names one migration: keys [Begin, End) go from node From to node
@@ -83,6 +87,13 @@ func UnmarshalMove(b []byte) (Move, []byte, error) {
 // Import installs such a snapshot. Handlers without it fall back to
 // capturing values through their own pull path and installing them as
 // initializing pushes (see Server's doc).
+//
+// Export and Import run on their own goroutine, concurrently with the
+// handler serving other keys. Both must be all or nothing: an Export that
+// fails keeps every key (the move is aborted and the keys stay), an Import
+// that fails installs none (the snapshot goes back to the old owner, which
+// imports it again). Export and Import may each run several times for the
+// same keys (a range may move away and come back).
 type Migrator interface {
 	Export(begin, end uint64) ([]byte, error)
 	Import(state []byte) error

@@ -218,13 +218,7 @@ func (e *serverElastic) prepare(mv Move) uint64 {
 
 // install takes over mv's keys and lets parked requests through.
 func (e *serverElastic) install(mv Move, state []byte) error {
-	var err error
-	if mig := e.migrator(); mig != nil {
-		err = mig.Import(state)
-	} else {
-		err = e.fallbackImport(state)
-	}
-	if err != nil {
+	if err := e.importState(state); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -402,20 +396,68 @@ func (e *serverElastic) tickLoop() {
 // export hands the cut's keys to the scheduler, which installs them on the
 // new owner.
 func (e *serverElastic) export(c *cut) {
-	var state []byte
-	var err error
-	if mig := e.migrator(); mig != nil {
-		state, err = mig.Export(c.mv.Begin, c.mv.End)
-	} else {
-		state, err = e.fallbackExport(c.mv.Begin, c.mv.End)
-	}
+	state, err := e.exportState(c.mv.Begin, c.mv.End)
 	if err != nil {
-		e.po.Logger().Error("elastic: export failed; the scheduler will abort the move", "move", fmt.Sprintf("%+v", c.mv), "err", err)
+		// The keys stay here (an export is all or nothing): the scheduler
+		// aborts the move at once and routes them back to this server.
+		e.po.Logger().Error("elastic: export failed; the move is aborted and the keys stay on this server", "move", fmt.Sprintf("%+v", c.mv), "err", err)
+		if _, err := e.link.Call(message.SchedulerID, ElasticExportFailed, MarshalMove(c.mv, []byte(err.Error())), time.Minute); err != nil {
+			e.po.Logger().Error("elastic: export failure not delivered; the scheduler aborts the move after its timeout", "err", err)
+		}
 		return
 	}
 	if _, err := e.link.Call(message.SchedulerID, ElasticExport, MarshalMove(c.mv, state), time.Minute); err != nil {
 		e.po.Logger().Error("elastic: export not delivered", "err", err)
 	}
+}
+
+// The first byte of an exported state names the path that produced it, so
+// that an importer never feeds a Migrator's snapshot to the generic
+// hand-over or the reverse (servers of one job may differ: a C++ server
+// without a migration handle beside one with it).
+const (
+	stateFallback byte = 'F'
+	stateMigrator byte = 'M'
+)
+
+// exportState snapshots [begin, end) through the Migrator, or the generic
+// hand-over without one.
+func (e *serverElastic) exportState(begin, end uint64) ([]byte, error) {
+	if mig := e.migrator(); mig != nil {
+		st, err := mig.Export(begin, end)
+		if err != nil {
+			return nil, fmt.Errorf("the handler's Migrator could not export keys [%d, %d): %w", begin, end, err)
+		}
+		return append([]byte{stateMigrator}, st...), nil
+	}
+	st, err := e.fallbackExport(begin, end)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{stateFallback}, st...), nil
+}
+
+// importState installs exportState's output.
+func (e *serverElastic) importState(state []byte) error {
+	if len(state) == 0 {
+		return errors.New("the exported state is empty (no format byte)")
+	}
+	switch state[0] {
+	case stateMigrator:
+		mig := e.migrator()
+		if mig == nil {
+			return errors.New("the keys come as a Migrator's snapshot, but this server's handler has no Migrator (a C++ KVServer without set_migration_handle?): give every server of the job the same hand-over")
+		}
+		if err := mig.Import(state[1:]); err != nil {
+			return fmt.Errorf("the handler's Migrator could not import the keys: %w", err)
+		}
+		return nil
+	case stateFallback:
+		// Values captured by a pull install by an initializing push,
+		// which any handler takes, with or without a Migrator.
+		return e.fallbackImport(state[1:])
+	}
+	return fmt.Errorf("the exported state has an unknown format byte %#x", state[0])
 }
 
 // redirect answers a request with "not applied here; re-route with a table

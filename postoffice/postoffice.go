@@ -275,15 +275,34 @@ func (p *Postoffice) startOnce() error {
 
 // Finalize is ps::Finalize: an optional barrier on all nodes, then, for
 // customer 0, the node stops.
+//
+// A standby server (scale-out) is in no barrier group: its final barrier
+// would return at once and the node would leave while it may hold keys, so
+// it waits instead until the scheduler lets it go (at the end of the job,
+// or by draining it). A node drained out of the job finalizes without
+// error: its barrier ends when it leaves, which is what it was asked to do.
 func (p *Postoffice) Finalize(customerID int, barrier bool) error {
 	var err error
-	if barrier {
+	switch {
+	case barrier && p.cfg.Standby && p.isStarted():
+		<-p.stopped
+		err = ErrStopped
+	case barrier:
 		err = p.Barrier(customerID, message.AllGroup)
 	}
 	if customerID == 0 {
 		p.Stop()
 	}
+	if p.Left() {
+		return nil
+	}
 	return err
+}
+
+func (p *Postoffice) isStarted() bool {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	return p.started
 }
 
 // Stop shuts the node down: the receive loop ends, heartbeats stop, the

@@ -39,6 +39,7 @@ type Coordinator struct {
 type export struct {
 	mv    kv.Move
 	state []byte
+	err   error // the old owner could not export (it keeps the keys)
 }
 
 // Result describes one finished (or aborted) move.
@@ -82,6 +83,17 @@ func (c *Coordinator) handle(from int32, head int32, body []byte) ([]byte, error
 		}
 		select {
 		case c.exports <- export{mv: mv, state: append([]byte(nil), state...)}:
+		default:
+			return nil, errors.New("coord: no migration is waiting for this export")
+		}
+		return nil, nil
+	case kv.ElasticExportFailed:
+		mv, msg, err := kv.UnmarshalMove(body)
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case c.exports <- export{mv: mv, err: fmt.Errorf("node %d could not export keys [%d, %d): %s", from, mv.Begin, mv.End, msg)}:
 		default:
 			return nil, errors.New("coord: no migration is waiting for this export")
 		}
@@ -175,12 +187,14 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	if ex.mv != mv {
 		return c.finish(res, fmt.Errorf("coord: node %d exported %+v while %+v was moving", from, ex.mv, mv))
 	}
+	if ex.err != nil {
+		// An export is all or nothing: the keys are still on the old owner.
+		c.rollback(r1, mv)
+		return c.finish(res, fmt.Errorf("coord: %w; the move is aborted and the keys stay on node %d", ex.err, from))
+	}
 	res.Bytes = len(ex.state)
 	if _, err := c.link.Call(to, kv.ElasticImport, kv.MarshalMove(mv, ex.state), c.Timeout); err != nil {
-		// The state left the old owner; without the new one it is gone.
-		// Say so loudly: this is the one failure a move cannot undo.
-		c.log.Error("coord: the new owner did not install exported keys; their values are lost", "move", fmt.Sprintf("%+v", mv), "err", err)
-		return c.finish(res, fmt.Errorf("coord: install on node %d: %w", to, err))
+		return c.finish(res, c.giveBack(r1, mv, ex.state, fmt.Errorf("coord: install on node %d: %w", to, err)))
 	}
 	r2 := r1.Clone()
 	r2.Epoch = mv.Epoch + 1
@@ -217,6 +231,27 @@ func (c *Coordinator) finish(res Result, err error) (Result, error) {
 			"cut_seq", res.CutSeq, "bytes", res.Bytes, "took", res.Duration)
 	}
 	return res, err
+}
+
+// giveBack returns exported state to the old owner after the new owner
+// failed to install it (an install is all or nothing), then rolls the move
+// back; err is the install's failure.
+func (c *Coordinator) giveBack(r1 *postoffice.Routes, mv kv.Move, state []byte, err error) error {
+	// The old owner takes the keys back only if it can install them
+	// without doubling what it still holds (accept refuses that).
+	_, aerr := c.link.Call(mv.From, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout)
+	if aerr == nil {
+		_, aerr = c.link.Call(mv.From, kv.ElasticImport, kv.MarshalMove(mv, state), c.Timeout)
+	}
+	if aerr != nil {
+		// The state left the old owner and neither server holds it now.
+		// Say so loudly: this is the one failure a move cannot undo.
+		c.log.Error("coord: exported keys were installed neither on the new owner nor back on the old one; their values are lost",
+			"move", fmt.Sprintf("%+v", mv), "install", err, "give_back", aerr)
+		return fmt.Errorf("%w; giving the keys back to node %d failed too (their values are lost): %v", err, mv.From, aerr)
+	}
+	c.rollback(r1, mv)
+	return fmt.Errorf("%w; the keys went back to node %d", err, mv.From)
 }
 
 // rollback returns the keys to the old owner after a failed move.

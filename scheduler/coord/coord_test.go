@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -177,14 +178,7 @@ func TestNoLostUpdateUnderMigrations(t *testing.T) {
 			wg.Wait()
 			moving.Store(false)
 			require.NoError(t, <-moves)
-			var got []float32
-			ts, err := kv.Pull(j.kvw[0], keys, &got, nil, kv.Options{})
-			require.NoError(t, err)
-			require.NoError(t, j.kvw[0].Wait(ts))
-			total := float32(pushes[0] + pushes[1])
-			for i, v := range vals {
-				require.Equal(t, v*total, got[i], "key %d", keys[i])
-			}
+			j.requireSums(t, keys, vals, float32(pushes[0]+pushes[1]))
 			ok := 0
 			for _, h := range j.coord.History() {
 				if h.Err == nil {
@@ -236,14 +230,7 @@ func scaleOutAndIn(t *testing.T, syncMode bool) {
 	var stopAt, maxRound atomic.Int64
 	stopAt.Store(1 << 40)
 	j := startElasticJob(t, ns, nw)
-	var keys []uint64
-	var vals []float32
-	for s, r := range j.workers[0].ServerKeyRanges() {
-		for i := range 8 {
-			keys = append(keys, r.Begin+uint64(i))
-			vals = append(vals, float32(s*10+i+1))
-		}
-	}
+	keys, vals := j.firstKeys(8)
 	var wg sync.WaitGroup
 	pushes := make([]int, nw)
 	for wi, w := range j.kvw {
@@ -291,20 +278,77 @@ func scaleOutAndIn(t *testing.T, syncMode bool) {
 		}
 	}
 	require.Eventually(t, gone.Left, 5*time.Second, 10*time.Millisecond)
+	j.requireSums(t, keys, vals, float32(pushes[0]*nw))
+	// the server that left finalizes cleanly, as ps-lite programs do
+	require.NoError(t, gone.Finalize(0, true))
+	// the standby's final barrier lasts until the scheduler releases it
+	sbDone := make(chan error, 1)
+	go func() { sbDone <- sb.Finalize(0, true) }()
+	// the job's final barrier completes without the server that left
+	var bw sync.WaitGroup
+	for _, po := range append(append([]*postoffice.Postoffice{j.sched}, stay...), j.workers...) {
+		bw.Add(1)
+		go func() { defer bw.Done(); require.NoError(t, po.Barrier(0, message.AllGroup)) }()
+	}
+	bw.Wait()
+	select {
+	case err := <-sbDone:
+		t.Fatalf("the standby finalized before the scheduler released it: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	j.coord.ReleaseStandbys()
+	select {
+	case err := <-sbDone:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the released standby did not finalize")
+	}
+}
+
+// pushRounds starts every worker pushing keys/vals rounds times (waiting
+// for each push, pausing between them); done counts the pushes completed.
+func (j *elasticJob) pushRounds(t *testing.T, keys []uint64, vals []float32, rounds int, pause time.Duration) (*sync.WaitGroup, *atomic.Int64) {
+	wg, done := &sync.WaitGroup{}, &atomic.Int64{}
+	for _, w := range j.kvw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+				require.NoError(t, err)
+				require.NoError(t, w.Wait(ts))
+				done.Add(1)
+				time.Sleep(pause)
+			}
+		}()
+	}
+	return wg, done
+}
+
+// requireSums pulls keys and requires each to hold its value times times.
+func (j *elasticJob) requireSums(t *testing.T, keys []uint64, vals []float32, times float32) {
+	t.Helper()
 	var got []float32
 	ts, err := kv.Pull(j.kvw[0], keys, &got, nil, kv.Options{})
 	require.NoError(t, err)
 	require.NoError(t, j.kvw[0].Wait(ts))
 	for i, v := range vals {
-		require.Equal(t, v*float32(pushes[0]*nw), got[i], "key %d", keys[i])
+		require.Equal(t, v*times, got[i], "key %d", keys[i])
 	}
-	// the job's final barrier completes without the server that left
-	var bw sync.WaitGroup
-	for _, po := range append(append([]*postoffice.Postoffice{j.sched, sb}, stay...), j.workers...) {
-		bw.Add(1)
-		go func() { defer bw.Done(); require.NoError(t, po.Barrier(0, message.AllGroup)) }()
+}
+
+// firstKeys returns the first n keys of every server range, with small
+// integer values (so that float sums stay exact).
+func (j *elasticJob) firstKeys(n int) ([]uint64, []float32) {
+	var keys []uint64
+	var vals []float32
+	for s, r := range j.workers[0].ServerKeyRanges() {
+		for i := range n {
+			keys = append(keys, r.Begin+uint64(i))
+			vals = append(vals, float32(s*10+i+1))
+		}
 	}
-	bw.Wait()
+	return keys, vals
 }
 
 // startStandby starts a server with PS_STANDBY semantics on the running job.
@@ -335,28 +379,8 @@ func (o opaque) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) { o.h.H
 func TestFallbackHandOver(t *testing.T) {
 	const rounds = 100
 	j := startJobWith(t, 2, 2, true)
-	var keys []uint64
-	var vals []float32
-	for s, r := range j.workers[0].ServerKeyRanges() {
-		for i := range 6 {
-			keys = append(keys, r.Begin+uint64(i))
-			vals = append(vals, float32(s*10+i+1))
-		}
-	}
-	var wg sync.WaitGroup
-	var done atomic.Int64 // pushes completed, all workers
-	for _, w := range j.kvw {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
-				require.NoError(t, err)
-				require.NoError(t, w.Wait(ts))
-				done.Add(1)
-			}
-		}()
-	}
+	keys, vals := j.firstKeys(6)
+	wg, done := j.pushRounds(t, keys, vals, rounds, 0)
 	// every key has been pushed (and so held) before anything moves
 	require.Eventually(t, func() bool { return done.Load() >= 4 }, 10*time.Second, time.Millisecond)
 	// each key moves once, to the other server (a key may not come back to
@@ -382,11 +406,68 @@ func TestFallbackHandOver(t *testing.T) {
 	require.ErrorContains(t, err, "held key")
 	wg.Wait()
 	require.GreaterOrEqual(t, moved, 6)
-	var got []float32
-	ts, err := kv.Pull(j.kvw[0], keys, &got, nil, kv.Options{})
-	require.NoError(t, err)
-	require.NoError(t, j.kvw[0].Wait(ts))
-	for i, v := range vals {
-		require.Equal(t, v*rounds*2, got[i], "key %d", keys[i])
+	j.requireSums(t, keys, vals, rounds*2)
+}
+
+// flakyMigrator is the sum store's Migrator, failing its next Export or
+// Import once when armed.
+type flakyMigrator struct {
+	*kv.DefaultHandler
+	failExport, failImport atomic.Bool
+}
+
+func (f *flakyMigrator) Export(begin, end uint64) ([]byte, error) {
+	if f.failExport.CompareAndSwap(true, false) {
+		return nil, errors.New("injected export failure")
 	}
+	return f.DefaultHandler.Export(begin, end)
+}
+
+func (f *flakyMigrator) Import(state []byte) error {
+	if f.failImport.CompareAndSwap(true, false) {
+		return errors.New("injected import failure")
+	}
+	return f.DefaultHandler.Import(state)
+}
+
+// A Migrator that fails loses nothing: a failed export aborts the move at
+// once (not after the timeout) and the keys stay; a failed install gives
+// the state back to the old owner. Workers push throughout; the sums are
+// exact.
+func TestFailedHandOverLosesNothing(t *testing.T) {
+	const rounds = 300
+	j := startElasticJob(t, 2, 2)
+	flaky := make([]*flakyMigrator, len(j.srvs)) // by server rank
+	for i, srv := range j.srvs {
+		f := &flakyMigrator{DefaultHandler: j.stores[i]}
+		require.NoError(t, srv.SetMigrator(f))
+		flaky[j.servers[i].MyRank()] = f
+	}
+	keys, vals := j.firstKeys(4)
+	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
+	require.Eventually(t, func() bool { return done.Load() >= 4 }, 10*time.Second, time.Millisecond)
+	s0, s1 := int32(message.ServerRankToID(0)), int32(message.ServerRankToID(1))
+	k := keys[0] // on server 0
+
+	flaky[0].failExport.Store(true)
+	res, err := j.coord.Move(k, k+2, s1)
+	require.ErrorContains(t, err, "injected export failure")
+	require.Less(t, res.Duration, j.coord.Timeout/2, "a failed export aborts the move at once")
+	r := j.sched.Routing().Current()
+	require.Equal(t, s0, r.Intervals[r.Find(k)].Node, "the keys stay on the old owner")
+
+	flaky[1].failImport.Store(true)
+	_, err = j.coord.Move(k, k+2, s1)
+	require.ErrorContains(t, err, "injected import failure")
+	require.ErrorContains(t, err, "went back")
+	r = j.sched.Routing().Current()
+	require.Equal(t, s0, r.Intervals[r.Find(k)].Node, "the keys went back to the old owner")
+
+	// and they still move when nothing fails, there and back
+	_, err = j.coord.Move(k, k+2, s1)
+	require.NoError(t, err)
+	_, err = j.coord.Move(k, k+2, s0)
+	require.NoError(t, err)
+	wg.Wait()
+	j.requireSums(t, keys, vals, rounds*2)
 }
