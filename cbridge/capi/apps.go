@@ -28,9 +28,20 @@ func (k appKind) String() string {
 }
 
 // reqKey names a KV request at a server: a worker's customer numbers its
-// requests, so (sender, customer, timestamp) is unique among the requests
-// awaiting a Response.
-type reqKey struct{ sender, customer, timestamp int32 }
+// operations, and one operation sends a server one request per key
+// interval it holds (several in elastic mode), so (sender, customer,
+// timestamp, first key) is unique among the requests awaiting a Response.
+type reqKey struct {
+	sender, customer, timestamp int32
+	key                         uint64
+}
+
+func firstKey(keys []uint64) uint64 {
+	if len(keys) == 0 {
+		return 0
+	}
+	return keys[0]
+}
 
 // maxReported and maxFailed bound app.reported and app.failed.
 const (
@@ -81,6 +92,11 @@ type app struct {
 	// bounded; forgetting an entry at worst logs an error twice.
 	reported map[int32]error
 	failed   []error
+
+	// migMu is held (read) during a call into C++'s migration handles and
+	// (write) by close, after which migClosed refuses new ones.
+	migMu     sync.RWMutex
+	migClosed bool
 }
 
 func newApp(kind appKind, po *postoffice.Postoffice, appID, customerID int) *app {
@@ -137,8 +153,9 @@ func newServerApp(appID int, ctx, srvCtx unsafe.Pointer) (*app, error) {
 	a.appCtx, a.srvCtx = ctx, srvCtx
 	// A kv.Server (customer (app id, app id)), with the C++ handlers in
 	// place before it can receive anything; in elastic mode (PS_ELASTIC)
-	// it takes part in migrations, handing state over by the generic
-	// capture-and-install path (a C++ handler has no Migrator).
+	// it takes part in migrations, handing state over through the C++
+	// migration handle once one is set (setMigration), by the generic
+	// capture-and-install path until then.
 	srv, err := kv.NewServerWith(po, appID, kv.ServerOptions{
 		Handler:        a.onKVRequest,
 		SimpleRequest:  func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, true, d) },
@@ -179,6 +196,9 @@ func (a *app) close() {
 		a.worker.Close()
 	} else {
 		a.cust.Close()
+	}
+	if a.kind == kindServer {
+		a.closeMigration()
 	}
 	a.mu.Lock()
 	orphans := make([]unsafe.Pointer, 0, len(a.ops))
@@ -354,13 +374,13 @@ func (a *app) finishOp(op *workerOp) {
 	callKVDone(op.ctx, doneOK, nil, op.vals, op.lens)
 }
 
-// kvResponse answers a request; keys, vals and lens are views of C memory
-// valid during the call.
-func (a *app) kvResponse(cm kv.ReqMeta, dt message.DataType, res kv.KVPairs) error {
+// kvResponse answers a request (whose first key is key); keys, vals and
+// lens are views of C memory valid during the call.
+func (a *app) kvResponse(cm kv.ReqMeta, key uint64, dt message.DataType, res kv.KVPairs) error {
 	if a.kind != kindServer {
 		return fmt.Errorf("elasticps: Response on a %s; only a KVServer answers KV requests", a.kind)
 	}
-	k := reqKey{cm.Sender, cm.CustomerID, cm.Timestamp}
+	k := reqKey{cm.Sender, cm.CustomerID, cm.Timestamp, key}
 	a.mu.Lock()
 	meta, ok := a.reqs[k]
 	delete(a.reqs, k)
@@ -395,7 +415,7 @@ func (a *app) kvResponse(cm kv.ReqMeta, dt message.DataType, res kv.KVPairs) err
 // Response and hands it to the C++ KVServer.
 func (a *app) onKVRequest(meta kv.ReqMeta, data kv.KVPairs, _ *kv.Server) {
 	a.mu.Lock()
-	a.reqs[reqKey{meta.Sender, meta.CustomerID, meta.Timestamp}] = meta
+	a.reqs[reqKey{meta.Sender, meta.CustomerID, meta.Timestamp, firstKey(data.Keys)}] = meta
 	a.mu.Unlock()
 	callKVRequest(a.srvCtx, meta, data)
 }

@@ -65,6 +65,7 @@ func callKVRequest(ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
 		customer_id: C.int(meta.CustomerID),
 		data_type:   C.int(meta.DataType),
 		priority:    C.int(meta.Priority),
+		key:         C.uint64_t(firstKey(data.Keys)),
 	}
 	var keys *C.ps_ckey
 	if len(data.Keys) > 0 {

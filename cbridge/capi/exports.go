@@ -342,5 +342,10 @@ func ps_kv_server_response(handle C.uint64_t, req *C.ps_ckv_meta, keys *C.ps_cke
 		Vals: cslice[byte](unsafe.Pointer(vals), valsBytes),
 		Lens: cslice[int32](unsafe.Pointer(lens), numLens),
 	}
-	return cerr(a.kvResponse(meta, message.DataType(req.data_type), res))
+	return cerr(a.kvResponse(meta, uint64(req.key), message.DataType(req.data_type), res))
+}
+
+//export ps_kv_server_set_migration
+func ps_kv_server_set_migration(handle C.uint64_t, enable C.int) *C.char {
+	return cerr(lookup(handle).setMigration(enable != 0))
 }

@@ -86,3 +86,34 @@ void psb_on_message(void *customer, const ps_message *msg) {
   }
   c->on_message(customer, msg);
 }
+
+/* The migration callbacks fail with an error message (the move is then
+ * aborted) rather than dropping the state. */
+static char *missing_error(const char *name) {
+  const char *fmt =
+      "callback %s is not registered (a consumer built against headers "
+      "without it?)";
+  size_t n = strlen(fmt) + strlen(name);
+  char *s = malloc(n);
+  if (s != NULL) {
+    snprintf(s, n, fmt, name);
+  }
+  return s;
+}
+
+char *psb_on_kv_export(void *server, uint64_t begin, uint64_t end,
+                       void **state, size_t *state_len) {
+  const ps_callbacks *c = get();
+  if (c == NULL || c->on_kv_export == NULL) {
+    return missing_error("on_kv_export");
+  }
+  return c->on_kv_export(server, begin, end, state, state_len);
+}
+
+char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len) {
+  const ps_callbacks *c = get();
+  if (c == NULL || c->on_kv_import == NULL) {
+    return missing_error("on_kv_import");
+  }
+  return c->on_kv_import(server, state, state_len);
+}

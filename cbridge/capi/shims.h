@@ -18,5 +18,8 @@ void psb_on_kv_done(void *ctx, int status, ps_cchar *err, size_t err_len,
                     ps_cvoid *vals, size_t vals_bytes, ps_cint *lens,
                     size_t num_lens);
 void psb_on_message(void *customer, const ps_message *msg);
+char *psb_on_kv_export(void *server, uint64_t begin, uint64_t end,
+                       void **state, size_t *state_len);
+char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len);
 
 #endif

@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -51,9 +52,11 @@ struct KVMeta {
   int sender;       // the worker's node id
   int timestamp;    // the worker's request timestamp
   int customer_id;  // the worker's customer id
-  // BytePS fork fields. key is the request's first key; addr and option
-  // are transport details of the fork's RDMA path and are 0 here; val_len
-  // is the number of values in the request.
+  // BytePS fork fields. key is the request's first key (Response needs it
+  // unchanged: a worker operation may send one server several requests,
+  // told apart by their first keys); addr and option are transport details
+  // of the fork's RDMA path and are 0 here; val_len is the number of
+  // values in the request.
   Key key;
   uint64_t addr;
   int val_len;
@@ -335,6 +338,9 @@ class KVWorker : public SimpleApp {
 };
 
 template <typename Val>
+struct KVServerDefaultHandle;
+
+template <typename Val>
 class KVServer : public SimpleApp, private detail::KVRequestReceiver {
  public:
   /* Registers the server of app_id (customer id == app id). is_scheduler
@@ -375,12 +381,62 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
   /* The request handler. It runs on the server's receive thread, one
    * request at a time, and must make sure Response is called once per
    * request (it may be later, from any thread). Requests that arrive before
-   * a handler is set wait for it. */
+   * a handler is set wait for it. A KVServerDefaultHandle brings its own
+   * migration handle (see set_migration_handle) unless one was set. */
   void set_request_handle(const ReqHandle& request_handle) {
     CHECK(request_handle) << "invalid request handle";
     std::lock_guard<std::mutex> lk(mu_);
     handle_ = std::make_shared<ReqHandle>(request_handle);
+    default_store_ = handle_->template target<KVServerDefaultHandle<Val>>();
+    if (!user_migration_) {
+      migration_.reset();
+      if (default_store_ != nullptr) migration_ = DefaultMigration(handle_);
+      SetMigration();
+    }
     handle_cv_.notify_all();
+  }
+
+  /* elasticps: serializes the server's state of every key in [begin, end)
+   * -- the values and anything else kept per key (optimizer state such as
+   * momentum, counters) -- and forgets those keys: the server no longer
+   * serves them. */
+  using ExportHandle = std::function<std::string(Key begin, Key end)>;
+  /* elasticps: installs a state made by an ExportHandle (of this program,
+   * on another server or on this one earlier). */
+  using ImportHandle = std::function<void(const std::string& state)>;
+
+  /* elasticps, elastic mode (PS_ELASTIC=1): when the scheduler moves a key
+   * range to another server (rebalancing, scale-out, scale-in), the old
+   * owner's export_handle hands the range's state to the new owner's
+   * import_handle. Without them (or after set_migration_handle(nullptr,
+   * nullptr)) the library moves values only, by pulling them through the
+   * request handler and pushing them into the new owner's -- which cannot
+   * carry state beside the values, nor bring keys back to a server that
+   * held them before (such moves are refused).
+   *
+   * Both run on a library thread, concurrently with the request handler
+   * (never with a request for the keys they move, which waits): guard
+   * what they share with it. Each must be all or nothing: throw to fail,
+   * having kept every key (export) or installed none (import); the move is
+   * then undone and nothing is lost. They may be set any time, before or
+   * after Start; without PS_ELASTIC nothing moves and they are never
+   * called. */
+  void set_migration_handle(const ExportHandle& export_handle,
+                            const ImportHandle& import_handle) {
+    CHECK_EQ(static_cast<bool>(export_handle),
+             static_cast<bool>(import_handle))
+        << "set both migration handles, or neither";
+    std::lock_guard<std::mutex> lk(mu_);
+    migration_.reset();
+    user_migration_ = static_cast<bool>(export_handle);
+    if (user_migration_) {
+      migration_ = std::make_shared<Migration>();
+      migration_->export_state = export_handle;
+      migration_->import_state = import_handle;
+    } else if (default_store_ != nullptr) {
+      migration_ = DefaultMigration(handle_);
+    }
+    SetMigration();
   }
 
   /* Answers req with res (keys, vals and optional lens; empty for a push
@@ -395,6 +451,7 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     m.timestamp = req.timestamp;
     m.customer_id = req.customer_id;
     m.data_type = tag_;
+    m.key = req.key;
     detail::LogIfError(
         ps_kv_server_response(obj_->bridge_handle(), &m, res.keys.data(),
                               res.keys.size(), res.vals.data(),
@@ -453,6 +510,7 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     Adopt(keys, num_keys, vals, vals_bytes, lens, num_lens, m, held, &data);
 
     std::shared_ptr<ReqHandle> h;
+    KVServerDefaultHandle<Val>* store = nullptr;
     {
       std::unique_lock<std::mutex> lk(mu_);
       while (!handle_ && !closing_) {
@@ -464,6 +522,7 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
         }
       }
       h = handle_;
+      store = default_store_;
     }
     if (!h) {
       LOG(WARNING) << "KVServer: a request from node " << m.sender
@@ -471,7 +530,86 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
                    << "set_request_handle";
       return;
     }
+    if (store != nullptr) {
+      // the default handle's store is shared with its migration handle
+      std::lock_guard<std::mutex> lk(store_mu_);
+      (*h)(meta, data, this);
+      return;
+    }
     (*h)(meta, data, this);
+  }
+
+  struct Migration {
+    ExportHandle export_state;
+    ImportHandle import_state;
+  };
+
+  std::shared_ptr<Migration> CurrentMigration() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return migration_;
+  }
+
+  std::string ExportState(uint64_t begin, uint64_t end) override {
+    std::shared_ptr<Migration> m = CurrentMigration();
+    if (!m) throw std::runtime_error("no migration handle is set");
+    return m->export_state(begin, end);
+  }
+
+  void ImportState(const char* state, size_t len) override {
+    std::shared_ptr<Migration> m = CurrentMigration();
+    if (!m) throw std::runtime_error("no migration handle is set");
+    m->import_state(std::string(state == nullptr ? "" : state, len));
+  }
+
+  /* Tells the library whether migration_ hands the state over. Caller
+   * holds mu_. */
+  void SetMigration() {
+    detail::CheckOK(ps_kv_server_set_migration(obj_->bridge_handle(),
+                                               migration_ ? 1 : 0),
+                    "KVServer::set_migration_handle");
+  }
+
+  /* The migration handles of a KVServerDefaultHandle: its store's entries
+   * (key, value) in [begin, end), as raw bytes. The handle (and so the
+   * store) lives as long as h. */
+  std::shared_ptr<Migration> DefaultMigration(
+      const std::shared_ptr<ReqHandle>& h) {
+    auto m = std::make_shared<Migration>();
+    const size_t entry = sizeof(Key) + sizeof(Val);
+    m->export_state = [this, h](Key begin, Key end) {
+      std::lock_guard<std::mutex> lk(store_mu_);
+      auto& store = h->template target<KVServerDefaultHandle<Val>>()->store;
+      std::string out;
+      for (auto it = store.begin(); it != store.end();) {
+        if (it->first < begin || it->first >= end) {
+          ++it;
+          continue;
+        }
+        out.append(reinterpret_cast<const char*>(&it->first), sizeof(Key));
+        out.append(reinterpret_cast<const char*>(&it->second), sizeof(Val));
+        it = store.erase(it);
+      }
+      return out;
+    };
+    m->import_state = [this, h, entry](const std::string& state) {
+      if (state.size() % entry != 0) {
+        throw std::runtime_error(
+            "KVServerDefaultHandle: a migrated state of " +
+            std::to_string(state.size()) + " bytes is not a whole number of " +
+            std::to_string(entry) + "-byte entries (servers of one job "
+            "must run the same value type)");
+      }
+      std::lock_guard<std::mutex> lk(store_mu_);
+      auto& store = h->template target<KVServerDefaultHandle<Val>>()->store;
+      for (size_t off = 0; off < state.size(); off += entry) {
+        Key k;
+        Val v;
+        memcpy(&k, state.data() + off, sizeof(Key));
+        memcpy(&v, state.data() + off + sizeof(Key), sizeof(Val));
+        store[k] = v;
+      }
+    };
+    return m;
   }
 
   // Handlers commonly keep a request's arrays (MXNet and BytePS answer
@@ -546,6 +684,12 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
   std::mutex mu_;
   std::condition_variable handle_cv_;
   std::shared_ptr<ReqHandle> handle_;
+  // handle_'s KVServerDefaultHandle, if it is one; its store is guarded by
+  // store_mu_ (the request handler and the migration handles share it)
+  KVServerDefaultHandle<Val>* default_store_ = nullptr;
+  std::mutex store_mu_;
+  std::shared_ptr<Migration> migration_;  // null: generic hand-over
+  bool user_migration_ = false;           // set by set_migration_handle
   std::map<std::pair<int, Key>, SArray<Val>> recv_buffers_;
   bool closing_ = false;
   int tag_;

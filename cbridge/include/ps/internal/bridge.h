@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
@@ -83,10 +84,40 @@ class KVRequestReceiver {
                                 size_t vals_bytes, const int* lens,
                                 size_t num_lens,
                                 const std::shared_ptr<HeldBuffers>& held) = 0;
+  /* Elastic hand-over (on_kv_export / on_kv_import): throw to fail. */
+  virtual std::string ExportState(uint64_t begin, uint64_t end) = 0;
+  virtual void ImportState(const char* state, size_t len) = 0;
 
  protected:
   ~KVRequestReceiver() {}
 };
+
+/* A malloc'd, NUL-terminated copy of s[0, n), for errors and buffers
+ * handed to the library (which frees them). */
+inline char* MallocCopy(const char* s, size_t n) {
+  char* p = static_cast<char*>(std::malloc(n + 1));
+  if (p == nullptr) return nullptr;
+  if (n > 0) std::memcpy(p, s, n);
+  p[n] = '\0';
+  return p;
+}
+
+/* Runs f, turning an exception into a malloc'd error message: the
+ * migration callbacks report failures to the library (which aborts the
+ * move) instead of letting them cross into Go. */
+template <typename F>
+inline char* CatchToError(const char* what, F f) {
+  std::string msg;
+  try {
+    f();
+    return nullptr;
+  } catch (const std::exception& e) {
+    msg = std::string(what) + " threw: " + e.what();
+  } catch (...) {
+    msg = std::string(what) + " threw an exception that is not a std::exception";
+  }
+  return MallocCopy(msg.data(), msg.size());
+}
 
 /* One KVWorker operation awaiting completion. Done is called exactly once;
  * the object is deleted right after. */
@@ -172,6 +203,29 @@ inline void ps_cxx_on_kv_done(void* ctx, int status, ps_cchar* err,
   delete op;
 }
 
+inline char* ps_cxx_on_kv_export(void* server, uint64_t begin, uint64_t end,
+                                 void** state, size_t* state_len) {
+  *state = nullptr;
+  *state_len = 0;
+  return ps::detail::CatchToError("the KVServer's export handle", [&] {
+    std::string s = static_cast<ps::detail::KVRequestReceiver*>(server)
+                        ->ExportState(begin, end);
+    if (s.empty()) return;
+    char* p = ps::detail::MallocCopy(s.data(), s.size());
+    if (p == nullptr) throw std::bad_alloc();
+    *state = p;
+    *state_len = s.size();
+  });
+}
+
+inline char* ps_cxx_on_kv_import(void* server, ps_cvoid* state,
+                                 size_t state_len) {
+  return ps::detail::CatchToError("the KVServer's import handle", [&] {
+    static_cast<ps::detail::KVRequestReceiver*>(server)->ImportState(
+        static_cast<const char*>(state), state_len);
+  });
+}
+
 inline void ps_cxx_on_message(void* customer, const ps_message* msg) {
   try {
     static_cast<ps::detail::MessageReceiver*>(customer)->ReceiveMessage(*msg);
@@ -195,6 +249,8 @@ inline bool RegisterCallbacks() {
   cb.on_kv_request = &ps_cxx_on_kv_request;
   cb.on_kv_done = &ps_cxx_on_kv_done;
   cb.on_message = &ps_cxx_on_message;
+  cb.on_kv_export = &ps_cxx_on_kv_export;
+  cb.on_kv_import = &ps_cxx_on_kv_import;
   ps_register_callbacks(&cb);
   return true;
 }

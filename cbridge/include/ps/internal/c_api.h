@@ -88,6 +88,11 @@ typedef struct ps_kv_meta {
   int customer_id;
   int data_type; /* ps::DataType of the values */
   int priority;
+  /* The request's first key (0 without keys). With sender, customer_id
+   * and timestamp it names the request: one worker operation may send a
+   * server several requests (elastic mode routes parts of a server's key
+   * range to other servers and back), all with one timestamp. */
+  uint64_t key;
 } ps_kv_meta;
 typedef const ps_kv_meta ps_ckv_meta;
 
@@ -157,6 +162,17 @@ typedef struct ps_callbacks {
                      size_t num_lens);
   /* A message for the raw customer registered with ctx `customer`. */
   void (*on_message)(void *customer, const ps_message *msg);
+  /* Elastic hand-over of a KVServer's state, for servers that enabled it
+   * with ps_kv_server_set_migration (ctx `server` as for on_kv_request).
+   * Both run on a library thread, concurrently with on_kv_request for
+   * other keys, and are all or nothing. on_kv_export serializes every key
+   * of [begin, end) and forgets them: it returns NULL with *state set to
+   * a malloc'd buffer of *state_len bytes (the library frees it), or a
+   * malloc'd error message having kept every key. on_kv_import installs
+   * such a state: NULL, or a malloc'd error having installed nothing. */
+  char *(*on_kv_export)(void *server, uint64_t begin, uint64_t end,
+                        void **state, size_t *state_len);
+  char *(*on_kv_import)(void *server, ps_cvoid *state, size_t state_len);
 } ps_callbacks;
 
 #ifndef PS_CAPI_NO_PROTOTYPES
@@ -252,6 +268,13 @@ char *ps_kv_server_response(uint64_t handle, ps_ckv_meta *req, ps_ckey *keys,
                             size_t num_keys, ps_cvoid *vals,
                             size_t vals_bytes, ps_cint *lens,
                             size_t num_lens);
+
+/* Elastic mode (PS_ELASTIC=1): with enable != 0 the server's state moves
+ * between servers through on_kv_export / on_kv_import; with 0, through the
+ * generic capture-and-install hand-over (the default). Without elastic
+ * mode nothing ever moves and this does nothing. Any time after
+ * ps_app_new_kv_server, before or after the node starts. */
+char *ps_kv_server_set_migration(uint64_t handle, int enable);
 
 #endif /* PS_CAPI_NO_PROTOTYPES */
 

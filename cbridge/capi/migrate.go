@@ -1,0 +1,87 @@
+package main
+
+/*
+#include <stdlib.h>
+#include "shims.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+
+	"github.com/elasticps/elasticps/kv"
+)
+
+// cMigrator is the kv.Migrator of a KVServer whose C++ side set a migration
+// handle (KVServer::set_migration_handle, or KVServerDefaultHandle's own):
+// Export and Import call back into C++. C holds no Go pointer: it gets the
+// server's C++ context back, and hands state over in malloc'd memory.
+type cMigrator struct{ a *app }
+
+var _ kv.Migrator = cMigrator{}
+
+// errServerDeleted is returned for a hand-over asked of a deleted KVServer.
+var errServerDeleted = errors.New("the C++ KVServer was deleted; its keys cannot be handed over")
+
+func (m cMigrator) Export(begin, end uint64) ([]byte, error) {
+	a := m.a
+	a.migMu.RLock()
+	defer a.migMu.RUnlock()
+	if a.migClosed {
+		return nil, errServerDeleted
+	}
+	var state unsafe.Pointer
+	var n C.size_t
+	if e := C.psb_on_kv_export(a.srvCtx, C.uint64_t(begin), C.uint64_t(end), &state, &n); e != nil {
+		defer C.free(unsafe.Pointer(e))
+		return nil, fmt.Errorf("KVServer export handle: %s", C.GoString(e))
+	}
+	if state == nil {
+		return nil, nil
+	}
+	defer C.free(state)
+	return slices.Clone(unsafe.Slice((*byte)(state), int(n))), nil
+}
+
+func (m cMigrator) Import(state []byte) error {
+	a := m.a
+	a.migMu.RLock()
+	defer a.migMu.RUnlock()
+	if a.migClosed {
+		return errServerDeleted
+	}
+	// state is Go memory without Go pointers, read during the call only.
+	if e := C.psb_on_kv_import(a.srvCtx, bytesPtr(state), C.size_t(len(state))); e != nil {
+		defer C.free(unsafe.Pointer(e))
+		return fmt.Errorf("KVServer import handle: %s", C.GoString(e))
+	}
+	return nil
+}
+
+// setMigration makes the server hand its state over through C++ (enable)
+// or through the generic hand-over. Outside elastic mode nothing moves, so
+// there is nothing to set.
+func (a *app) setMigration(enable bool) error {
+	if a.kind != kindServer {
+		return fmt.Errorf("elasticps: set_migration_handle on a %s; only a KVServer has one", a.kind)
+	}
+	if !a.po.Config().Elastic {
+		return nil
+	}
+	var m kv.Migrator
+	if enable {
+		m = cMigrator{a: a}
+	}
+	return a.server.SetMigrator(m)
+}
+
+// closeMigration waits for a running hand-over and refuses later ones: the
+// C++ server is going away.
+func (a *app) closeMigration() {
+	a.migMu.Lock()
+	a.migClosed = true
+	a.migMu.Unlock()
+}
