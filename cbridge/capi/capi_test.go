@@ -132,3 +132,19 @@ func TestRetryEINTR(t *testing.T) {
 		t.Fatalf("Recv error %v; other errors must pass through", err)
 	}
 }
+
+// A KVServer's migration handle is never called once the C++ object is
+// being deleted, and only a KVServer has one.
+func TestMigrationAfterClose(t *testing.T) {
+	a := &app{kind: kindServer}
+	a.closeMigration()
+	if _, err := (cMigrator{a: a}).Export(0, 10); !errors.Is(err, errServerDeleted) {
+		t.Fatalf("Export after close: %v; want errServerDeleted", err)
+	}
+	if err := (cMigrator{a: a}).Import([]byte{1}); !errors.Is(err, errServerDeleted) {
+		t.Fatalf("Import after close: %v; want errServerDeleted", err)
+	}
+	if err := (&app{kind: kindWorker}).setMigration(true); err == nil || !strings.Contains(err.Error(), "only a KVServer") {
+		t.Fatalf("setMigration on a KVWorker: %v; want an error naming KVServer", err)
+	}
+}

@@ -132,7 +132,8 @@ func (c *Coordinator) History() []Result {
 //
 // Every request is applied on exactly one server; redirected ones are
 // re-sent by the worker. If a step fails before the export, the move is
-// aborted and the keys stay where they were.
+// aborted and the keys stay where they were; so do they if the export
+// fails, and if the install fails they go back to the old owner (giveBack).
 func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	c.moveMu.Lock()
 	defer c.moveMu.Unlock()
