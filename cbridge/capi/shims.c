@@ -86,3 +86,5 @@ void psb_on_message(void *customer, const ps_message *msg) {
   }
   c->on_message(customer, msg);
 }
+
+void psb_free_kept(ps_kept_free free_kept, void *kept) { free_kept(kept); }

@@ -18,5 +18,6 @@ void psb_on_kv_done(void *ctx, int status, ps_cchar *err, size_t err_len,
                     ps_cvoid *vals, size_t vals_bytes, ps_cint *lens,
                     size_t num_lens);
 void psb_on_message(void *customer, const ps_message *msg);
+void psb_free_kept(ps_kept_free free_kept, void *kept);
 
 #endif
