@@ -1,17 +1,27 @@
-// Throughput benchmark in the style of the reference harness (spec section
-// 8): KVWorker<char>, one key per server, each value split evenly over all
-// servers; sequential push and pull (Wait after every operation) and
-// pipelined ones (8 in flight), per value size. Prints one line per size
-// and checks that the last pull returns what was pushed.
+// The transport benchmark's node program through the bridge: the same
+// matrix as elasticps's own bench nodes, so that
 //
-// BENCH_SIZES (bytes, comma-separated; default 4096,262144,4194304) and
-// BENCH_ITERS (default 50) tune it.
+//   elasticps bench --bridge compat_tests/build/test_benchmark
+//
+// measures every cell with Go-native servers and workers and again with
+// this C++ program (KVServer<char> / KVWorker<char>) as servers and workers,
+// in the same run, and prints the ratio.
+//
+// The plan comes from the parent (ELASTICPS_BENCH_CELLS "size op mode,...",
+// ELASTICPS_BENCH_DURATION_NS, ELASTICPS_BENCH_OPS, ELASTICPS_BENCH_DEPTH);
+// results go to stdout in the Go nodes' format (one JSON line per cell,
+// latencies in the same log-linear histogram). Server replies carry a byte
+// pattern that workers check once per pull cell, so a fast wrong answer
+// fails the run instead of winning it.
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "common.h"
@@ -21,108 +31,206 @@ using namespace ps;
 
 namespace {
 
-// Keeps the last value pushed to each key; pulls return it.
-struct Store {
-  std::unordered_map<Key, std::vector<char>> data;
+struct Cell {
+  size_t size;
+  bool push;
+  bool pipe;
+  std::string name;
+};
+
+std::vector<Cell> Cells() {
+  std::vector<Cell> cells;
+  std::stringstream ss(compat::Env("ELASTICPS_BENCH_CELLS"));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::stringstream is(item);
+    Cell c;
+    std::string op, mode;
+    is >> c.size >> op >> mode;
+    EXPECT(!is.fail() && c.size > 0 && (op == "push" || op == "pull") && (mode == "seq" || mode == "pipe"))
+        << "bad cell '" << item << "' in ELASTICPS_BENCH_CELLS (this program is started by 'elasticps bench --bridge')";
+    c.push = op == "push";
+    c.pipe = mode == "pipe";
+    c.name = item;
+    cells.push_back(c);
+  }
+  EXPECT(!cells.empty()) << "ELASTICPS_BENCH_CELLS is empty (this program is started by 'elasticps bench --bridge')";
+  return cells;
+}
+
+// The byte at offset i of every pull reply.
+char Pattern(size_t i) { return static_cast<char>(i * 7 + 3); }
+
+// Answers at once: a push with an empty ack, a pull with cmd bytes of the
+// pattern from a buffer built once.
+struct Handler {
+  std::vector<char>* vals;
   void operator()(const KVMeta& meta, const KVPairs<char>& req, KVServer<char>* server) {
     KVPairs<char> res;
-    if (meta.push) {
-      EXPECT(req.keys.size() == 1u) << "one key per server";
-      data[req.keys[0]].assign(req.vals.data(), req.vals.data() + req.vals.size());
-    } else {
-      std::vector<char>& v = data[req.keys[0]];
+    if (meta.pull) {
+      EXPECT(meta.cmd >= 0 && static_cast<size_t>(meta.cmd) <= vals->size())
+          << "pull of " << meta.cmd << " bytes, more than the plan's largest";
       res.keys = req.keys;
-      res.vals = SArray<char>(v.data(), v.size(), false);  // zero copy: sent during Response
-      res.lens = {static_cast<int>(v.size())};
+      res.vals = SArray<char>(vals->data(), meta.cmd, false);  // read during Response
     }
     server->Response(meta, res);
   }
 };
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+int64_t NowNS() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
-std::vector<size_t> Sizes() {
-  std::vector<size_t> sizes;
-  std::stringstream ss(compat::Env("BENCH_SIZES", "4096,262144,4194304"));
-  std::string item;
-  while (std::getline(ss, item, ',')) sizes.push_back(std::strtoull(item.c_str(), nullptr, 10));
-  return sizes;
-}
-
-void Bench(KVWorker<char>* kv, size_t size, int iters) {
-  const std::vector<Range>& krs = Postoffice::Get()->GetServerKeyRanges();
-  size_t ns = krs.size();
-  SArray<Key> keys;
-  SArray<int> lens;
-  size_t done = 0;
-  for (size_t i = 0; i < ns; ++i) {
-    size_t end = size * (i + 1) / ns;
-    keys.push_back(krs[i].begin() + size * 64 + MyRank());  // per size and worker
-    lens.push_back(static_cast<int>(end - done));
-    done = end;
+// Log-linear histogram, bucket for bucket the bench's own (bench_stats.go).
+struct Hist {
+  std::map<int, int64_t> counts;
+  int64_t sum = 0, n = 0;
+  void Add(int64_t ns) {
+    counts[Bucket(ns)]++;
+    sum += ns;
+    n++;
   }
-  std::vector<char> buf(size);
-  for (size_t i = 0; i < size; ++i) buf[i] = static_cast<char>(i * 7 + MyRank());
-  SArray<char> vals(buf.data(), size, false);
-  std::vector<char> out(size);
-  SArray<char> dst(out.data(), size, false);
-
-  kv->Wait(kv->ZPush(keys, vals, lens));  // warm up, and create the key
-
-  double t0 = Now();
-  for (int i = 0; i < iters; ++i) kv->Wait(kv->ZPush(keys, vals, lens));
-  double push_seq = Now() - t0;
-
-  t0 = Now();
-  for (int i = 0; i < iters; ++i) kv->Wait(kv->ZPull(keys, &dst));
-  double pull_seq = Now() - t0;
-
-  const int depth = 8;
-  std::vector<int> ts;
-  t0 = Now();
-  for (int i = 0; i < iters; ++i) {
-    ts.push_back(kv->ZPush(keys, vals, lens));
-    if (i >= depth) kv->Wait(ts[i - depth]);
+  static int Bucket(int64_t ns) {
+    const int sub = 4;
+    if (ns < (1 << sub)) return ns < 0 ? 0 : static_cast<int>(ns);
+    uint64_t u = static_cast<uint64_t>(ns);
+    int e = 63 - __builtin_clzll(u) - sub;
+    return (e + 1) << sub | static_cast<int>((u >> e) & ((1u << sub) - 1));
   }
-  for (int t : ts) kv->Wait(t);
-  double push_pipe = Now() - t0;
+};
 
-  ts.clear();
-  std::vector<SArray<char>> dsts(depth);
-  t0 = Now();
-  for (int i = 0; i < iters; ++i) {
-    if (i >= depth) kv->Wait(ts[i - depth]);
-    ts.push_back(kv->ZPull(keys, &dsts[i % depth]));
+class Run {
+ public:
+  Run(KVWorker<char>* kv, const Cell& cell, int depth) : kv_(kv), cell_(cell) {
+    const std::vector<Range>& krs = Postoffice::Get()->GetServerKeyRanges();
+    for (const Range& r : krs) keys_.push_back(r.begin());  // one key per server
+    part_ = static_cast<int>(cell.size / krs.size());
+    slots_ = cell.pipe ? (depth > 0 ? depth : 1) : 1;
+    if (cell.push) {
+      src_.resize(cell.size);
+      for (size_t i = 0; i < cell.size; ++i) src_[i] = static_cast<char>(i);
+      vals_ = SArray<char>(src_.data(), src_.size(), false);
+    } else {
+      bufs_.resize(slots_);
+      for (int i = 0; i < slots_; ++i) {
+        bufs_[i].assign(static_cast<size_t>(part_) * keys_.size(), 0);
+        dsts_.push_back(SArray<char>(bufs_[i].data(), bufs_[i].size(), false));
+      }
+    }
   }
-  for (int t : ts) kv->Wait(t);
-  double pull_pipe = Now() - t0;
 
-  EXPECT(std::memcmp(out.data(), buf.data(), size) == 0) << "pulled bytes differ from pushed ones";
-  double mb = static_cast<double>(size) * iters / 1e6;
-  std::printf(
-      "bench worker=%d servers=%zu size=%zu: push_seq %.1f MB/s (%.0f us)  pull_seq %.1f MB/s (%.0f us)  "
-      "push_pipe %.1f MB/s  pull_pipe %.1f MB/s\n",
-      MyRank(), ns, size, mb / push_seq, push_seq / iters * 1e6, mb / pull_seq, pull_seq / iters * 1e6,
-      mb / push_pipe, mb / pull_pipe);
+  // Issues ops operations (or, with ops 0, as many as fit in dur_ns) and
+  // records each one's latency in h, when given.
+  void Do(int ops, int64_t dur_ns, Hist* h) {
+    std::vector<int> ts(slots_);
+    std::vector<int64_t> start(slots_);
+    int64_t deadline = NowNS() + dur_ns;
+    int issued = 0, done = 0;
+    auto more = [&]() { return ops > 0 ? issued < ops : NowNS() < deadline; };
+    while (issued < slots_ && more()) {
+      start[issued] = NowNS();
+      ts[issued] = Issue(issued);
+      issued++;
+    }
+    while (done < issued) {
+      int slot = done % slots_;
+      kv_->Wait(ts[slot]);
+      if (h != nullptr) h->Add(NowNS() - start[slot]);
+      done++;
+      if (more()) {
+        start[slot] = NowNS();
+        ts[slot] = Issue(slot);
+        issued++;
+      }
+    }
+  }
+
+  // Checks the last pull's bytes against the servers' pattern.
+  void Check() const {
+    if (cell_.push) return;
+    for (size_t k = 0; k < keys_.size(); ++k) {
+      for (int i = 0; i < part_; ++i) {
+        char got = bufs_[0][k * part_ + i];
+        EXPECT(got == Pattern(i)) << "cell " << cell_.name << ": byte " << i << " of server " << k
+                                  << "'s reply is " << int(got) << ", want " << int(Pattern(i));
+      }
+    }
+  }
+
+ private:
+  int Issue(int slot) {
+    if (cell_.push) return kv_->ZPush(keys_, vals_, SArray<int>(), part_);
+    return kv_->ZPull(keys_, &dsts_[slot], nullptr, part_);
+  }
+
+  KVWorker<char>* kv_;
+  Cell cell_;
+  SArray<Key> keys_;
+  int part_ = 0;
+  int slots_ = 1;
+  std::vector<char> src_;
+  SArray<char> vals_;
+  std::vector<std::vector<char>> bufs_;
+  std::vector<SArray<char>> dsts_;
+};
+
+void Report(size_t cell_index, const Cell& cell, int64_t elapsed, const Hist& h) {
+  std::ostringstream os;
+  os << "ELASTICPS_BENCH_RESULT {\"cell\":" << cell_index << ",\"rank\":" << MyRank() << ",\"ops\":" << h.n
+     << ",\"bytes\":" << h.n * static_cast<int64_t>(cell.size) << ",\"elapsed_ns\":" << elapsed << ",\"hist\":[";
+  bool first = true;
+  for (const auto& bc : h.counts) {
+    os << (first ? "" : ",") << "[" << bc.first << "," << bc.second << "]";
+    first = false;
+  }
+  os << "],\"sum_ns\":" << h.sum << "}\n";
+  std::string s = os.str();
+  std::fwrite(s.data(), 1, s.size(), stdout);
   std::fflush(stdout);
+}
+
+void Worker(const std::vector<Cell>& cells) {
+  KVWorker<char> kv(0, 0);
+  int ops = compat::EnvInt("ELASTICPS_BENCH_OPS", 0);
+  int depth = compat::EnvInt("ELASTICPS_BENCH_DEPTH", 8);
+  int64_t dur = std::atoll(compat::Env("ELASTICPS_BENCH_DURATION_NS", "1000000000").c_str());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (MyRank() == 0) {
+      std::printf("ELASTICPS_BENCH_PROGRESS %zu %zu %s\n", i + 1, cells.size(), cells[i].name.c_str());
+      std::fflush(stdout);
+    }
+    Run r(&kv, cells[i], depth);
+    r.Do(ops / 10 > 3 ? ops / 10 : 3, 0, nullptr);  // warm up
+    Postoffice::Get()->Barrier(0, kWorkerGroup);
+    Hist h;
+    int64_t t0 = NowNS();
+    r.Do(ops, dur, &h);
+    int64_t elapsed = NowNS() - t0;
+    r.Check();
+    Report(i, cells[i], elapsed, h);
+    Postoffice::Get()->Barrier(0, kWorkerGroup);
+  }
 }
 
 }  // namespace
 
 int main() {
+  std::vector<Cell> cells = Cells();
   Start(0);
   KVServer<char>* server = nullptr;
+  std::vector<char> reply;
   if (IsServer()) {
+    size_t largest = 0;
+    int ns = Postoffice::Get()->num_servers();
+    for (const Cell& c : cells) largest = std::max(largest, c.size / ns);
+    reply.resize(largest);
+    for (size_t i = 0; i < largest; ++i) reply[i] = Pattern(i);
     server = new KVServer<char>(0);
-    server->set_request_handle(Store());
+    server->set_request_handle(Handler{&reply});
   }
-  if (IsWorker()) {
-    KVWorker<char> kv(0, 0);
-    int iters = compat::EnvInt("BENCH_ITERS", 50);
-    for (size_t size : Sizes()) Bench(&kv, size, iters);
-  }
+  if (IsWorker()) Worker(cells);
   Finalize(0, true);
   delete server;
   return 0;

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,10 +26,10 @@ type ReqMeta struct {
 	DataType message.DataType
 	Priority int32
 
-	responded *atomic.Bool  // nil for a ReqMeta built by hand
-	inflight  *inflightReq  // elastic mode: closed on Response
-	capture   chan captured // elastic hand-over: the response goes here, not to the network
-	received  time.Time     // for the handling-time metric
+	state    *reqState     // nil for a ReqMeta built by hand
+	inflight *inflightReq  // elastic mode: closed on Response
+	capture  chan captured // elastic hand-over: the response goes here, not to the network
+	received time.Time     // for the handling-time metric
 }
 
 // KVPairs are the keys, values and optional per-key lengths (in elements) of
@@ -93,6 +94,8 @@ type ServerOptions struct {
 	Handler        ServerHandler
 	SimpleRequest  SimpleHandler
 	SimpleResponse SimpleHandler
+	// ReleaseRequests: see Server.ReleaseRequests.
+	ReleaseRequests bool
 }
 
 // NewServerWith is NewServer with handlers in place from the start.
@@ -104,6 +107,9 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 	c, err := newCustomer(po, appID, appID, s.process, func(c *Customer) {
 		s.c, s.simple.c = c, c
 		for _, o := range opts {
+			if o.ReleaseRequests {
+				s.ReleaseRequests(true)
+			}
 			if o.Handler != nil {
 				s.SetRequestHandler(o.Handler)
 			}
@@ -165,7 +171,7 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 		}
 		return err
 	}
-	if meta.responded != nil && meta.responded.Swap(true) {
+	if meta.state != nil && meta.state.responded.Swap(true) {
 		return ErrAlreadyResponded
 	}
 	if meta.capture != nil {
@@ -195,7 +201,7 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 // ResponseError answers request meta with an error (the elasticps error
 // extension, see Server); the worker's Wait returns it as a *ServerError.
 func (s *Server) ResponseError(meta ReqMeta, err error) error {
-	if meta.responded != nil && meta.responded.Swap(true) {
+	if meta.state != nil && meta.state.responded.Swap(true) {
 		return ErrAlreadyResponded
 	}
 	if meta.capture != nil {
@@ -268,7 +274,7 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		CustomerID: m.Meta.CustomerID,
 		DataType:   message.Float,
 		Priority:   m.Meta.Priority,
-		responded:  new(atomic.Bool),
+		state:      &reqState{},
 		received:   time.Now(),
 	}
 	if len(m.Meta.DataType) >= 2 {
@@ -298,18 +304,48 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		}
 		meta.inflight = r
 	}
+	// Only network requests are released: local ones (the hand-over's
+	// captures, above) are not the transport's buffers.
+	release := s.releaseRequests.Load()
+	if release {
+		meta.state.msg, meta.state.po = m, s.po
+	}
 	(*s.handler.Load())(meta, data, s)
-	if s.releaseRequests.Load() {
+	if release && !meta.state.retained.Load() {
 		s.po.Release(m)
 	}
 	return true
 }
 
+// reqState is what the copies of one request's ReqMeta share.
+type reqState struct {
+	responded atomic.Bool
+	retained  atomic.Bool            // the handler kept the request's buffers (Retain)
+	msg       *message.Message       // set when the server releases requests
+	po        *postoffice.Postoffice // to release msg
+}
+
+// Retain keeps the request's KVPairs valid after the handler returns on a
+// server with ReleaseRequests(true), for a handler that lends them on (the
+// C++ bridge hands large requests to C++ until it is done with them). The
+// handler must call it before it returns; the returned function gives the
+// buffers back to the transport and must be called once, when nothing
+// reads them any more (later calls do nothing). Where requests are not
+// released, Retain changes nothing and the function does nothing.
+func (m ReqMeta) Retain() (release func()) {
+	st := m.state
+	if st == nil || st.msg == nil || st.retained.Swap(true) {
+		return func() {}
+	}
+	return sync.OnceFunc(func() { st.po.Release(st.msg) })
+}
+
 // ReleaseRequests(true) lets the transport reuse a request's buffers as
 // soon as the handler returns, which saves an allocation and a copy per
 // large message. Only for handlers that keep no view of the request's
-// KVPairs after returning (DefaultHandler copies what it stores); without
-// it, KVPairs stay valid as long as the handler holds them.
+// KVPairs after returning (DefaultHandler copies what it stores) or that
+// call ReqMeta.Retain for the requests they keep; without it, KVPairs stay
+// valid as long as the handler holds them.
 func (s *Server) ReleaseRequests(on bool) { s.releaseRequests.Store(on) }
 
 // parseRequest checks a request's frames and returns views of them.

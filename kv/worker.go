@@ -168,6 +168,30 @@ func (w *Worker) PushPull(keys []uint64, vals []byte, dst *[]byte, lens *[]int32
 	return w.issue(true, true, keys, vals, sendLens, byteDst{dst}, lens, opts)
 }
 
+// PullInto fetches the values of keys into dst, a buffer the caller owns
+// that may be larger than the reply (ps-lite's ZPull into a pre-sized
+// SArray, which BytePS's compressed pulls rely on): the reply's bytes land
+// in dst[:*n], and *n is set before the operation completes. A reply larger
+// than dst fails the operation without writing. lens as for Pull.
+func (w *Worker) PullInto(keys []uint64, dst []byte, n *int, lens *[]int32, opts Options) (int32, error) {
+	if n == nil {
+		return -1, errors.New("kv: PullInto needs n for the reply's size (n is nil)")
+	}
+	return w.issue(false, true, keys, nil, nil, &prefixDst{buf: dst, n: n}, lens, opts)
+}
+
+// PushPullInto is PushPull into a caller-owned buffer, as PullInto.
+func (w *Worker) PushPullInto(keys []uint64, vals []byte, dst []byte, n *int, lens *[]int32, opts Options) (int32, error) {
+	if n == nil {
+		return -1, errors.New("kv: PushPullInto needs n for the reply's size (n is nil)")
+	}
+	var sendLens []int32
+	if lens != nil {
+		sendLens = *lens
+	}
+	return w.issue(true, true, keys, vals, sendLens, &prefixDst{buf: dst, n: n}, lens, opts)
+}
+
 // Push is Worker.Push for typed values; it sets opts.DataType from T.
 func Push[T Number](w *Worker, keys []uint64, vals []T, lens []int32, opts Options) (int32, error) {
 	opts.DataType = DataTypeOf[T]()
@@ -217,6 +241,22 @@ func (d byteDst) buffer(n int) ([]byte, error) {
 		return nil, fmt.Errorf("kv: pull destination holds %d bytes but the servers returned %d", len(*d.p), n)
 	}
 	return *d.p, nil
+}
+
+// prefixDst is PullInto's destination: the reply fills a prefix of buf.
+type prefixDst struct {
+	buf []byte
+	n   *int
+}
+
+func (d *prefixDst) hostOrder() bool { return false }
+
+func (d *prefixDst) buffer(n int) ([]byte, error) {
+	if n > len(d.buf) {
+		return nil, fmt.Errorf("kv: pull destination holds %d bytes but the servers returned %d; give a destination at least that large", len(d.buf), n)
+	}
+	*d.n = n
+	return d.buf[:n], nil
 }
 
 type typedDst[T Number] struct{ p *[]T }

@@ -12,6 +12,7 @@ import (
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/van/zmq"
 )
 
 type appKind int
@@ -160,6 +161,9 @@ func newServerApp(appID int, ctx, srvCtx unsafe.Pointer) (*app, error) {
 		Handler:        a.onKVRequest,
 		SimpleRequest:  func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, true, d) },
 		SimpleResponse: func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, false, d) },
+		// C++ copies small requests during the call and keeps large ones
+		// until ps_release (ReqMeta.Retain, in callKVRequest).
+		ReleaseRequests: true,
 	})
 	if err != nil {
 		return nil, err
@@ -277,13 +281,18 @@ func (a *app) simpleRequest(head int32, body []byte, group int) (int32, error) {
 type workerOp struct {
 	ctx  unsafe.Pointer
 	vals []byte
-	lens []int32
-	err  error
+	// inPlace: vals is the C++ destination and the reply its first n bytes
+	inPlace bool
+	n       int
+	lens    []int32
+	err     error
 }
 
 // kvRequest issues a KVWorker operation. keys, vals and lens are views of C
-// memory (see ps_kv_worker_request for their lifetimes).
-func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int32, wantLens bool, opts kv.Options, ctx unsafe.Pointer) (int32, error) {
+// memory (see ps_kv_worker_request for their lifetimes); so is dst, the
+// C++ destination of a pull when it is sized, which the reply is then
+// written into directly (C++ keeps it until the operation completes).
+func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int32, dst []byte, wantLens bool, opts kv.Options, ctx unsafe.Pointer) (int32, error) {
 	if a.kind != kindWorker {
 		return -1, fmt.Errorf("elasticps: push/pull on a %s; only a KVWorker sends KV requests", a.kind)
 	}
@@ -293,10 +302,10 @@ func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int3
 	if pull && ctx == nil {
 		return -1, errors.New("elasticps: a pull needs a completion context to deliver its values")
 	}
-	// Buffers sent by reference must outlive the call (see
-	// sendByReference): C++ keeps those of an operation with a completion
-	// context until it completes; the others are copied.
-	if a.copyOnSend || (sendByReference && ctx == nil) {
+	// Buffers sent by reference must outlive the call (see sendsLater):
+	// C++ keeps those of an operation with a completion context until it
+	// completes; the others are copied.
+	if a.copyOnSend || (sendMode(nodeSendMode.Load()) != readsDuringSend && ctx == nil) {
 		keys, vals, lens = slices.Clone(keys), slices.Clone(vals), slices.Clone(lens)
 	}
 	var op *workerOp
@@ -332,8 +341,14 @@ func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int3
 		lensOut = &op.lens
 	}
 	switch {
+	case push && pull && dst != nil:
+		op.vals, op.inPlace = dst, true
+		ts, err = a.worker.PushPullInto(keys, vals, dst, &op.n, lensOut, opts)
 	case push && pull:
 		ts, err = a.worker.PushPull(keys, vals, &op.vals, lensOut, opts)
+	case pull && dst != nil:
+		op.vals, op.inPlace = dst, true
+		ts, err = a.worker.PullInto(keys, dst, &op.n, lensOut, opts)
 	case pull:
 		ts, err = a.worker.Pull(keys, &op.vals, lensOut, opts)
 	default:
@@ -371,12 +386,24 @@ func (a *app) finishOp(op *workerOp) {
 		callKVDone(op.ctx, doneError, op.err, nil, nil)
 		return
 	}
-	callKVDone(op.ctx, doneOK, nil, op.vals, op.lens)
+	vals := op.vals
+	if op.inPlace {
+		vals = vals[:op.n]
+	}
+	callKVDone(op.ctx, doneOK, nil, vals, op.lens)
 }
 
 // kvResponse answers a request (whose first key is key); keys, vals and
-// lens are views of C memory valid during the call.
-func (a *app) kvResponse(cm kv.ReqMeta, key uint64, dt message.DataType, res kv.KVPairs) error {
+// lens are views of C memory. With lent nil they are valid during the call
+// only. Otherwise C++ keeps them until lent is called, which kvResponse
+// does exactly once, as soon as the transport reads them no more.
+func (a *app) kvResponse(cm kv.ReqMeta, key uint64, dt message.DataType, res kv.KVPairs, lent func()) error {
+	freeNow := lent != nil
+	defer func() {
+		if freeNow {
+			lent()
+		}
+	}()
 	if a.kind != kindServer {
 		return fmt.Errorf("elasticps: Response on a %s; only a KVServer answers KV requests", a.kind)
 	}
@@ -402,13 +429,21 @@ func (a *app) kvResponse(cm kv.ReqMeta, key uint64, dt message.DataType, res kv.
 		}
 		return err
 	}
-	// C++ may change or free res as soon as Response returns (BytePS
-	// reuses its response buffers): if the transport may still read it
-	// after Send, or the resend layer keep it, send a Go copy.
-	if a.copyOnSend || sendByReference {
+	mode := sendMode(nodeSendMode.Load())
+	if a.copyOnSend || mode == readsLater || (mode == readsLaterZMQ && lent == nil) {
+		// The transport (or the resend layer, which keeps messages for
+		// retransmission) may read res after Send, and nothing tells when
+		// it is done: send a Go copy.
 		res.Keys, res.Vals, res.Lens = slices.Clone(res.Keys), slices.Clone(res.Vals), slices.Clone(res.Lens)
+		return a.server.Response(meta, res)
 	}
-	return a.server.Response(meta, res)
+	err := a.server.Response(meta, res)
+	if mode == readsLaterZMQ {
+		// Sent by reference: C++ keeps res until libzmq is done with it.
+		freeNow = false
+		zmq.AfterSent(lent, kv.KeysToBytes(res.Keys), res.Vals, kv.LensToBytes(res.Lens))
+	}
+	return err
 }
 
 // onKVRequest is the kv.Server handler: it remembers the request for

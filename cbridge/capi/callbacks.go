@@ -50,9 +50,11 @@ func callSimple(ctx unsafe.Pointer, request bool, d kv.SimpleData) {
 const handOverMin = 32 << 10
 
 // heldFrames keeps the frames of a handed-over request pinned (so that C
-// may keep pointers to them) until C++ releases them with ps_release.
+// may keep pointers to them) until C++ releases them with ps_release, which
+// also gives them back to the transport for reuse.
 type heldFrames struct {
-	pin runtime.Pinner
+	pin     runtime.Pinner
+	release func()
 }
 
 func callKVRequest(ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
@@ -79,7 +81,7 @@ func callKVRequest(ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
 	if len(data.Keys)*8+len(data.Vals)+len(data.Lens)*4 >= handOverMin {
 		// The frames are views of the received message, which nothing in
 		// Go reads after the handler: C++ may keep (and modify) them.
-		h := &heldFrames{}
+		h := &heldFrames{release: meta.Retain()}
 		for _, p := range []unsafe.Pointer{unsafe.Pointer(keys), bytesPtr(data.Vals), unsafe.Pointer(lens)} {
 			if p != nil {
 				h.pin.Pin(p)
@@ -94,8 +96,18 @@ func callKVRequest(ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
 // releaseFrames unpins the frames of a handed-over request.
 func releaseFrames(release uint64) {
 	h := cgo.Handle(release)
-	h.Value().(*heldFrames).pin.Unpin()
+	held := h.Value().(*heldFrames)
+	held.pin.Unpin()
+	held.release()
 	h.Delete()
+}
+
+// keptFree returns the call that ends C++'s loan of kept (nil for none).
+func keptFree(free C.ps_kept_free, kept unsafe.Pointer) func() {
+	if free == nil {
+		return nil
+	}
+	return func() { C.psb_free_kept(free, kept) }
 }
 
 func callKVDone(ctx unsafe.Pointer, status C.int, err error, vals []byte, lens []int32) {

@@ -321,13 +321,14 @@ func ps_kv_worker_request(handle C.uint64_t, r *C.ps_ckv_request, ts *C.int) *C.
 	vals := cslice[byte](unsafe.Pointer(r.vals), r.vals_bytes)
 	lens := cslice[int32](unsafe.Pointer(r.lens), r.num_lens)
 	opts := kv.Options{Cmd: int32(r.cmd), Priority: int32(r.priority), DataType: message.DataType(r.data_type)}
-	t, err := a.kvRequest(r.push != 0, r.pull != 0, keys, vals, lens, r.want_lens != 0, opts, r.done_ctx)
+	dst := cslice[byte](r.pull_dst, r.pull_dst_bytes)
+	t, err := a.kvRequest(r.push != 0, r.pull != 0, keys, vals, lens, dst, r.want_lens != 0, opts, r.done_ctx)
 	*ts = C.int(t)
 	return cerr(err)
 }
 
 //export ps_kv_server_response
-func ps_kv_server_response(handle C.uint64_t, req *C.ps_ckv_meta, keys *C.ps_ckey, numKeys C.size_t, vals *C.ps_cvoid, valsBytes C.size_t, lens *C.ps_cint, numLens C.size_t) *C.char {
+func ps_kv_server_response(handle C.uint64_t, req *C.ps_ckv_meta, keys *C.ps_ckey, numKeys C.size_t, vals *C.ps_cvoid, valsBytes C.size_t, lens *C.ps_cint, numLens C.size_t, freeKept C.ps_kept_free, kept unsafe.Pointer) *C.char {
 	a := lookup(handle)
 	meta := kv.ReqMeta{
 		Cmd:        int32(req.cmd),
@@ -342,7 +343,7 @@ func ps_kv_server_response(handle C.uint64_t, req *C.ps_ckv_meta, keys *C.ps_cke
 		Vals: cslice[byte](unsafe.Pointer(vals), valsBytes),
 		Lens: cslice[int32](unsafe.Pointer(lens), numLens),
 	}
-	return cerr(a.kvResponse(meta, uint64(req.key), message.DataType(req.data_type), res))
+	return cerr(a.kvResponse(meta, uint64(req.key), message.DataType(req.data_type), res, keptFree(freeKept, kept)))
 }
 
 //export ps_kv_server_set_migration

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
@@ -155,39 +156,49 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 	return po, nil
 }
 
-// sendByReference says whether the node's transport may send data frames
-// by reference, reading them after Send returns.
-//
-// The bridge is ready for it: KVWorker requests are sent straight from C++
-// memory, which C++ keeps until the operation completes (the server has
-// then received every byte, so the transport reads it no more), and what C
-// may reuse as soon as the call returns (server responses; buffers of
-// operations without a completion context) is then copied into Go memory
-// first (see app).
-//
-// It is off for now: van/zmq's by-reference sends of Go memory currently
-// corrupt the Go heap under GC ("found bad pointer in Go heap", reproduced
-// with two Transports in a pure Go program), so the transport is told to
-// copy every frame during Send, as libzmq's zmq_send does.
-const sendByReference = false
+// sendMode says when the node's transport reads the data frames it sends,
+// which decides what the bridge must copy before sending C++ memory.
+type sendMode int32
 
-// newTransport is postoffice.NewTransport, with copying sends (see
-// sendByReference), behind retryEINTR.
+const (
+	// readsDuringSend: nothing is read after Send returns (the TCP van).
+	readsDuringSend sendMode = iota
+	// readsLaterZMQ: the ZeroMQ van sends large frames by reference and
+	// zmq.AfterSent tells when libzmq is done with them.
+	readsLaterZMQ
+	// readsLater: frames may be read after Send, with no notice (RDMA).
+	readsLater
+)
+
+// nodeSendMode is the node's sendMode, set with its transport.
+//
+// A KVWorker's requests come from buffers C++ keeps until the operation
+// completes, by which time the server has received every byte: they are
+// sent by reference by every transport. A KVServer's responses are lent by
+// C++ until the transport is done (ZeroMQ), or copied where nothing tells
+// when that is (RDMA). What C++ may reuse as soon as the call returns
+// (buffers of operations without a completion context) is copied unless
+// the transport reads it during Send.
+var nodeSendMode atomic.Int32
+
+// newTransport is postoffice.NewTransport behind retryEINTR, recording its
+// sendMode.
 func newTransport(cfg postoffice.Config) (van.Transport, error) {
 	var tr van.Transport
 	var err error
-	if cfg.VanType == "" || cfg.VanType == "zmq" {
-		zc := 0 // the transport's default threshold
-		if !sendByReference {
-			zc = -1
-		}
+	switch cfg.VanType {
+	case "", "zmq":
+		nodeSendMode.Store(int32(readsLaterZMQ))
 		logger := cfg.Logger
 		if logger == nil {
 			logger = slog.Default()
 		}
-		tr, err = zmq.New(zmq.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
-			Logger: logger, ZeroCopySendMin: zc})
-	} else {
+		tr, err = zmq.New(zmq.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll, Logger: logger})
+	case "tcp":
+		nodeSendMode.Store(int32(readsDuringSend))
+		tr, err = postoffice.NewTransport(cfg)
+	default:
+		nodeSendMode.Store(int32(readsLater))
 		tr, err = postoffice.NewTransport(cfg)
 	}
 	if err != nil {

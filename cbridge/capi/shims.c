@@ -117,3 +117,5 @@ char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len) {
   }
   return c->on_kv_import(server, state, state_len);
 }
+
+void psb_free_kept(ps_kept_free free_kept, void *kept) { free_kept(kept); }

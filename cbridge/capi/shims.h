@@ -21,5 +21,6 @@ void psb_on_message(void *customer, const ps_message *msg);
 char *psb_on_kv_export(void *server, uint64_t begin, uint64_t end,
                        void **state, size_t *state_len);
 char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len);
+void psb_free_kept(ps_kept_free free_kept, void *kept);
 
 #endif

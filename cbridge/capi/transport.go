@@ -30,3 +30,12 @@ func (t retryEINTR) Recv() (*message.Message, error) {
 		return m, err
 	}
 }
+
+// Release hands a received message's buffers back to the transport (see
+// postoffice.Release); without it the wrapper would hide the transport's
+// buffer reuse and every large message would cost a fresh allocation.
+func (t retryEINTR) Release(m *message.Message) {
+	if r, ok := t.Transport.(interface{ Release(*message.Message) }); ok {
+		r.Release(m)
+	}
+}

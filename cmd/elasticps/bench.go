@@ -33,6 +33,7 @@ type benchOptions struct {
 	repeat   int
 	json     bool
 	profile  string
+	bridge   string // C++ node program (compat_tests/test_benchmark); "" = Go nodes only
 }
 
 const benchUsage = `usage: elasticps bench [flags]
@@ -65,11 +66,17 @@ func parseBenchArgs(args []string) (benchOptions, error) {
 	fs.IntVar(&o.repeat, "repeat", 1, "run the whole matrix this many times and report medians")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of a table")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write CPU profiles to PREFIX-<van>-<SxW>-<role><index>.pprof")
+	fs.StringVar(&o.bridge, "bridge", "", "also run every cell with this C++ program (built against the bridge, e.g. compat_tests/build/test_benchmark) as servers and workers, and compare it with the Go nodes")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
+	}
+	if o.bridge != "" {
+		if fi, err := os.Stat(o.bridge); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return o, fmt.Errorf("bench: --bridge %q is not an executable program; build it with 'make -C compat_tests' (build/test_benchmark)", o.bridge)
+		}
 	}
 	switch *van {
 	case "all":
@@ -140,6 +147,7 @@ func splitList(s string) []string {
 // medians over --repeat runs.
 type benchResult struct {
 	Van       string  `json:"van"`
+	Bridge    bool    `json:"bridge,omitempty"` // C++ nodes through the bridge
 	Servers   int     `json:"servers"`
 	Workers   int     `json:"workers"`
 	Size      int     `json:"size"`
@@ -153,10 +161,21 @@ type benchResult struct {
 	BaseMBps  float64 `json:"dmlc_goodput_mbps,omitempty"`
 	BaseLatUS float64 `json:"dmlc_mean_us,omitempty"`
 	Runs      int     `json:"runs"`
+	// Bridge rows: the same cell's Go-native medians, from the same runs.
+	GoMBps   float64 `json:"go_goodput_mbps,omitempty"`
+	GoMeanUS float64 `json:"go_mean_us,omitempty"`
 }
 
 func (r *benchResult) key() string {
 	return fmt.Sprintf("%dx%d/%s/%s/%s", r.Servers, r.Workers, sizeLabel(r.Size), r.Op, r.Mode)
+}
+
+// label names the nodes of a result row: the van, and "c++" for the bridge.
+func (r *benchResult) label() string {
+	if r.Bridge {
+		return r.Van + " c++"
+	}
+	return r.Van
 }
 
 // runBench is 'elasticps bench'.
@@ -185,47 +204,66 @@ func runBench(ctx context.Context, args []string) error {
 	type samples struct{ mbps, p50, p99, mean []float64 }
 	all := map[string]*samples{}
 	var order []*benchResult
+	kinds := []bool{false}
+	if o.bridge != "" {
+		kinds = append(kinds, true) // each topology's bridge job right after its Go job
+	}
 	for rep := range o.repeat {
 		for _, van := range o.vans {
 			for _, topo := range o.topos {
-				label := fmt.Sprintf("%s %dx%d", van, topo[0], topo[1])
-				if o.repeat > 1 {
-					label += fmt.Sprintf(" run %d/%d", rep+1, o.repeat)
-				}
-				reports, err := runBenchJob(ctx, exe, o, van, topo, cells, func(i, n int, name string) {
-					prog.update(fmt.Sprintf("[%s] cell %d/%d: %s", label, i, n, name))
-				})
-				if err != nil {
-					prog.done()
-					return fmt.Errorf("bench %s: %w", label, err)
-				}
-				for i, c := range cells {
-					r := &benchResult{Van: van, Servers: topo[0], Workers: topo[1], Size: c.Size, Op: c.Op, Mode: c.Mode}
-					mbps, h, ops := aggregate(reports[i])
-					s := all[r.key()+"/"+van]
-					if s == nil {
-						s = &samples{}
-						all[r.key()+"/"+van] = s
-						order = append(order, r)
+				for _, bridge := range kinds {
+					label := fmt.Sprintf("%s %dx%d", van, topo[0], topo[1])
+					if bridge {
+						label += " c++"
 					}
-					if ops > 0 {
-						r.Ops = ops
+					if o.repeat > 1 {
+						label += fmt.Sprintf(" run %d/%d", rep+1, o.repeat)
 					}
-					s.mbps = append(s.mbps, mbps)
-					s.p50 = append(s.p50, h.quantile(0.5))
-					s.p99 = append(s.p99, h.quantile(0.99))
-					s.mean = append(s.mean, h.meanUS())
+					nodes := benchNodes{exe: exe}
+					if bridge {
+						nodes.program = o.bridge
+					}
+					reports, err := runBenchJob(ctx, nodes, o, van, topo, cells, func(i, n int, name string) {
+						prog.update(fmt.Sprintf("[%s] cell %d/%d: %s", label, i, n, name))
+					})
+					if err != nil {
+						prog.done()
+						return fmt.Errorf("bench %s: %w", label, err)
+					}
+					for i, c := range cells {
+						r := &benchResult{Van: van, Bridge: bridge, Servers: topo[0], Workers: topo[1], Size: c.Size, Op: c.Op, Mode: c.Mode}
+						mbps, h, ops := aggregate(reports[i])
+						s := all[r.key()+"/"+r.label()]
+						if s == nil {
+							s = &samples{}
+							all[r.key()+"/"+r.label()] = s
+							order = append(order, r)
+						}
+						if ops > 0 {
+							r.Ops = ops
+						}
+						s.mbps = append(s.mbps, mbps)
+						s.p50 = append(s.p50, h.quantile(0.5))
+						s.p99 = append(s.p99, h.quantile(0.99))
+						s.mean = append(s.mean, h.meanUS())
+					}
 				}
 			}
 		}
 	}
 	prog.done()
 	for _, r := range order {
-		s := all[r.key()+"/"+r.Van]
+		s := all[r.key()+"/"+r.label()]
 		r.MBps, r.P50US, r.P99US, r.MeanUS = median(s.mbps), median(s.p50), median(s.p99), median(s.mean)
 		r.Runs = len(s.mbps)
 		if b, ok := dmlcBaseline[r.key()]; ok {
 			r.BaseMBps, r.BaseLatUS = b.MBps, b.LatUS
+		}
+	}
+	for _, r := range order {
+		if r.Bridge {
+			g := all[r.key()+"/"+r.Van]
+			r.GoMBps, r.GoMeanUS = median(g.mbps), median(g.mean)
 		}
 	}
 	if o.json {
@@ -255,7 +293,15 @@ func aggregate(reps []benchReport) (float64, *hist, int64) {
 
 // runBenchJob runs one local job (one van, one topology) through every cell
 // and returns the workers' reports per cell.
-func runBenchJob(ctx context.Context, exe string, o benchOptions, van string, topo [2]int, cells []benchCell, progress func(i, n int, name string)) ([][]benchReport, error) {
+// benchNodes says which programs a bench job runs: this executable's
+// bench-node role everywhere, or a C++ program (see --bridge) as servers
+// and workers under this executable's scheduler.
+type benchNodes struct {
+	exe     string
+	program string // "" = Go nodes
+}
+
+func runBenchJob(ctx context.Context, nodes benchNodes, o benchOptions, van string, topo [2]int, cells []benchCell, progress func(i, n int, name string)) ([][]benchReport, error) {
 	plan := benchPlan{Van: van, Cells: cells, Duration: o.duration, Ops: o.count, Depth: o.depth}
 	if o.profile != "" {
 		plan.Profile = fmt.Sprintf("%s-%s-%dx%d", o.profile, van, topo[0], topo[1])
@@ -277,12 +323,16 @@ func runBenchJob(ctx context.Context, exe string, o benchOptions, van string, to
 	}
 	job := &launcher.Job{
 		NumServers: topo[0], NumWorkers: topo[1],
-		Command: []string{exe, "bench-node"},
-		Env: []string{benchPlanEnv + "=" + string(planJSON),
-			"DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_NODE_HOST=127.0.0.1", "PS_VERBOSE=0"},
+		Command: []string{nodes.exe, "bench-node"},
+		Env: append([]string{benchPlanEnv + "=" + string(planJSON),
+			"DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_NODE_HOST=127.0.0.1", "PS_VERBOSE=0"}, plan.bridgeEnv()...),
 		Stdout:   pw,
 		NoPrefix: true,
 		Timeout:  time.Minute + time.Duration(len(cells))*perCell*3,
+	}
+	if nodes.program != "" {
+		job.ServerCommand = []string{nodes.program}
+		job.WorkerCommand = []string{nodes.program}
 	}
 	err = job.Run(ctx)
 	_ = pw.Close()
@@ -372,7 +422,11 @@ func printBenchTable(w io.Writer, rs []*benchResult, o benchOptions) {
 	fmt.Fprintf(w, "elasticps bench: %s, pipe depth %d, median of %d run(s); MB/s = 10^6 B/s summed over workers; latency per op in µs\n", how, o.depth, o.repeat)
 	fmt.Fprintf(w, "baseline: dmlc ps-lite on this machine kind (spec section 8; its latency is the mean of sequential ops)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "van\tSxW\tsize\top\tmode\tMB/s\tp50\tp99\tmean\t\tdmlc MB/s\tx goodput\tdmlc lat\tx latency\t")
+	head := "van\tSxW\tsize\top\tmode\tMB/s\tp50\tp99\tmean\t\tdmlc MB/s\tx goodput\tdmlc lat\tx latency\t"
+	if o.bridge != "" {
+		head += "\tc++/go MB/s\tc++/go lat\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rs {
 		ratio, lat, latRatio := "-", "-", "-"
 		base := "-"
@@ -384,9 +438,20 @@ func printBenchTable(w io.Writer, rs []*benchResult, o benchOptions) {
 			lat = fmtNum(r.BaseLatUS)
 			latRatio = fmt.Sprintf("%.2f", r.MeanUS/r.BaseLatUS)
 		}
-		fmt.Fprintf(tw, "%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t%s\t%s\t%s\t\n",
-			r.Van, r.Servers, r.Workers, sizeLabel(r.Size), r.Op, r.Mode,
+		line := fmt.Sprintf("%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t%s\t%s\t%s\t",
+			r.label(), r.Servers, r.Workers, sizeLabel(r.Size), r.Op, r.Mode,
 			fmtNum(r.MBps), fmtNum(r.P50US), fmtNum(r.P99US), fmtNum(r.MeanUS), base, ratio, lat, latRatio)
+		if o.bridge != "" {
+			vsGo, latVsGo := "", ""
+			if r.Bridge && r.GoMBps > 0 {
+				vsGo = fmt.Sprintf("%.2f", r.MBps/r.GoMBps)
+			}
+			if r.Bridge && r.GoMeanUS > 0 {
+				latVsGo = fmt.Sprintf("%.2f", r.MeanUS/r.GoMeanUS)
+			}
+			line += "\t" + vsGo + "\t" + latVsGo + "\t"
+		}
+		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
 }

@@ -58,6 +58,28 @@ type benchReport struct {
 
 const benchPlanEnv = "ELASTICPS_BENCH_PLAN"
 
+// bridgeEnv is the plan for C++ nodes (--bridge), in variables simple to
+// read without a JSON parser, and the van selection the bridge reads.
+func (p benchPlan) bridgeEnv() []string {
+	cells := make([]string, len(p.Cells))
+	for i, c := range p.Cells {
+		cells[i] = fmt.Sprintf("%d %s %s", c.Size, c.Op, c.Mode)
+	}
+	env := []string{
+		"ELASTICPS_BENCH_CELLS=" + strings.Join(cells, ","),
+		"ELASTICPS_BENCH_DURATION_NS=" + strconv.FormatInt(int64(p.Duration), 10),
+		"ELASTICPS_BENCH_OPS=" + strconv.Itoa(p.Ops),
+		"ELASTICPS_BENCH_DEPTH=" + strconv.Itoa(p.Depth),
+	}
+	switch p.Van {
+	case "fabric", "ibverbs":
+		env = append(env, "DMLC_ENABLE_RDMA="+p.Van)
+	default:
+		env = append(env, "DMLC_PS_VAN_TYPE="+p.Van)
+	}
+	return env
+}
+
 // runBenchNode is one process of a bench job.
 func runBenchNode(ctx context.Context) error {
 	var plan benchPlan

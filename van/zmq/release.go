@@ -48,9 +48,10 @@ import (
 const relChunk = 256
 
 type relSlot struct {
-	pin  runtime.Pinner
-	ptr  uintptr // start of the pinned frame, for pinnedWithin
-	busy bool    // handed to libzmq (or about to be)
+	pin     runtime.Pinner
+	ptr     uintptr      // start of the pinned frame, for pinnedWithin
+	busy    bool         // handed to libzmq (or about to be)
+	waiters []*afterSent // AfterSent calls counting on this frame
 }
 
 var releases struct {
@@ -59,6 +60,13 @@ var releases struct {
 	slots []*[relChunk]relSlot // parallel to nodes
 	free  []uint32             // ids of idle records
 	busy  int                  // records handed out and not yet released
+	due   []func()             // AfterSent functions to run outside the lock
+}
+
+// afterSent is one AfterSent call: fn runs when its last frame is released.
+type afterSent struct {
+	frames int
+	fn     func()
 }
 
 // releasedTop is eps_released, the C stack's top pointer, read and swapped
@@ -107,6 +115,14 @@ func releaseLocked(n *C.eps_relnode) {
 	s.pin.Unpin()
 	s.ptr = 0
 	s.busy = false
+	for _, w := range s.waiters {
+		if w.frames--; w.frames == 0 {
+			releases.due = append(releases.due, w.fn)
+			dueCount.Add(1)
+		}
+	}
+	clear(s.waiters)
+	s.waiters = s.waiters[:0]
 	releases.busy--
 	releases.free = append(releases.free, id)
 }
@@ -122,15 +138,66 @@ func drainReleasesLocked() {
 	}
 }
 
-// drainReleases is drainReleasesLocked for callers without the lock. The
-// common case, nothing released, costs one atomic load.
+// drainReleases is drainReleasesLocked for callers without the lock, and
+// runs the AfterSent functions that became due. The common case, nothing
+// released, costs two atomic loads.
 func drainReleases() {
-	if atomic.LoadPointer(releasedTop) == nil {
+	if atomic.LoadPointer(releasedTop) == nil && dueCount.Load() == 0 {
 		return
 	}
 	releases.mu.Lock()
 	drainReleasesLocked()
+	due := releases.due
+	releases.due = nil
+	dueCount.Store(0)
 	releases.mu.Unlock()
+	for _, fn := range due {
+		fn()
+	}
+}
+
+// dueCount is len(releases.due) for the lock-free check in drainReleases
+// (functions may become due under another caller's lock, e.g. in Send).
+var dueCount atomic.Int32
+
+// AfterSent runs fn once libzmq has released every zero-copy frame in
+// flight that starts within one of bufs, or at once when there is none
+// (they were copied during Send, or are out already). A caller that sends
+// memory it must keep alive until then — the C++ bridge lends C++ arrays,
+// as ps-lite's ZeroMQ van does — frees it in fn. Frames of earlier sends
+// of the same memory count too, which can only delay fn.
+//
+// fn runs on a goroutine passing through a transport (a Send, Recv or
+// Close of any Transport of the process), outside the transport's locks;
+// it must not block.
+func AfterSent(fn func(), bufs ...[]byte) {
+	releases.mu.Lock()
+	drainReleasesLocked()
+	var w *afterSent
+	if releases.busy > 0 {
+		for _, b := range bufs {
+			if len(b) == 0 {
+				continue
+			}
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+			hi := lo + uintptr(len(b))
+			for _, chunk := range releases.slots {
+				for i := range chunk {
+					if s := &chunk[i]; s.busy && s.ptr >= lo && s.ptr < hi {
+						if w == nil {
+							w = &afterSent{fn: fn}
+						}
+						w.frames++
+						s.waiters = append(s.waiters, w)
+					}
+				}
+			}
+		}
+	}
+	releases.mu.Unlock()
+	if w == nil {
+		fn()
+	}
 }
 
 // pinnedWithin reports whether a frame libzmq still holds starts inside b.

@@ -228,6 +228,12 @@ class KVWorker : public SimpleApp {
     SArray<Val> vals_;
     SArray<int> lens_;
 
+    /* Memory the library may write the pull reply into; nullptr: none. */
+    virtual void* PullDst(size_t* bytes) {
+      *bytes = 0;
+      return nullptr;
+    }
+
    protected:
     Callback cb_;
   };
@@ -284,7 +290,8 @@ class KVWorker : public SimpleApp {
                    << "; destination unchanged";
         return;
       }
-      if (n > 0) memcpy(dst_->data(), vals, vals_bytes);
+      // Written in place already when the destination was sized (PullDst).
+      if (n > 0 && vals != dst_->data()) memcpy(dst_->data(), vals, vals_bytes);
       if (dst_lens_ == nullptr) return;
       if (dst_lens_->empty()) {
         dst_lens_->resize(num_lens);
@@ -297,6 +304,13 @@ class KVWorker : public SimpleApp {
       if (num_lens > 0) {
         memcpy(dst_lens_->data(), lens, num_lens * sizeof(int));
       }
+    }
+
+    /* A sized destination receives the reply in place (no copy in Fill);
+     * an empty one is sized by Fill. */
+    void* PullDst(size_t* bytes) override {
+      *bytes = dst_->size() * sizeof(Val);
+      return dst_->empty() ? nullptr : dst_->data();
     }
 
     C* dst_;
@@ -322,6 +336,7 @@ class KVWorker : public SimpleApp {
     r.priority = priority;
     r.want_lens = want_lens;
     r.done_ctx = static_cast<detail::KVOp*>(op);
+    if (pull) r.pull_dst = op->PullDst(&r.pull_dst_bytes);
     int ts = -1;
     char* err = ps_kv_worker_request(obj_->bridge_handle(), &r, &ts);
     // From here op may already be deleted (completed at once).
@@ -440,7 +455,11 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
   }
 
   /* Answers req with res (keys, vals and optional lens; empty for a push
-   * acknowledgement). res is read during the call only. Thread-safe. */
+   * acknowledgement). Thread-safe. As with ps-lite's ZeroMQ van, large
+   * arrays are sent by reference: the response keeps its own copy of res's
+   * SArrays (so memory they own stays alive) until the library has sent
+   * them, and memory they merely view must stay unchanged until the worker
+   * has the response. */
   void Response(const KVMeta& req, const KVPairs<Val>& res = KVPairs<Val>()) {
     ps_kv_meta m;
     memset(&m, 0, sizeof(m));
@@ -452,11 +471,13 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     m.customer_id = req.customer_id;
     m.data_type = tag_;
     m.key = req.key;
+    KVPairs<Val>* kept = new KVPairs<Val>(res);
     detail::LogIfError(
-        ps_kv_server_response(obj_->bridge_handle(), &m, res.keys.data(),
-                              res.keys.size(), res.vals.data(),
-                              res.vals.size() * sizeof(Val), res.lens.data(),
-                              res.lens.size()),
+        ps_kv_server_response(obj_->bridge_handle(), &m, kept->keys.data(),
+                              kept->keys.size(), kept->vals.data(),
+                              kept->vals.size() * sizeof(Val),
+                              kept->lens.data(), kept->lens.size(),
+                              &KVServer::FreeKept, kept),
         "KVServer::Response");
   }
 
@@ -484,6 +505,9 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
   int instance_idx_;  // BytePS fork
 
  private:
+  /* Ends a response's hold on its arrays (see Response). */
+  static void FreeKept(void* kept) { delete static_cast<KVPairs<Val>*>(kept); }
+
   void ReceiveKVRequest(
       const ps_kv_meta& m, const uint64_t* keys, size_t num_keys,
       const void* vals, size_t vals_bytes, const int* lens, size_t num_lens,

@@ -113,6 +113,13 @@ typedef struct ps_kv_request {
   /* Passed to on_kv_done when the operation completes; NULL means no
    * notification (allowed for pure pushes only). */
   void *done_ctx;
+  /* Pull: when non-NULL, the reply's values are written straight into
+   * these pull_dst_bytes bytes (a prefix of them, when the reply is
+   * shorter), which must stay valid until the operation completes;
+   * on_kv_done's vals then point to pull_dst. A longer reply fails the
+   * operation. NULL: on_kv_done gets the values in library memory. */
+  void *pull_dst;
+  size_t pull_dst_bytes;
 } ps_kv_request;
 typedef const ps_kv_request ps_ckv_request;
 
@@ -137,6 +144,9 @@ typedef struct ps_message {
   int frame_type[PS_MAX_FRAMES];
 } ps_message;
 typedef const ps_message ps_cmessage;
+
+/* Frees what a caller lent the library (see ps_kv_server_response). */
+typedef void (*ps_kept_free)(void *kept);
 
 /* The functions the library calls back into the consumer's code. */
 typedef struct ps_callbacks {
@@ -263,11 +273,17 @@ char *ps_simple_response(uint64_t handle, int head, ps_cchar *body,
 char *ps_kv_worker_request(uint64_t handle, ps_ckv_request *req,
                            int *timestamp);
 /* KVServer::Response to the request described by req (from on_kv_request);
- * may be called from any thread, once per request. */
+ * may be called from any thread, once per request. With free_kept NULL the
+ * arrays are read during the call only. Otherwise they may be sent by
+ * reference, as ps-lite's ZeroMQ van does: the library calls
+ * free_kept(kept) exactly once when it reads them no more (before
+ * returning, or later from a library thread), and they must stay valid and
+ * unchanged until then. */
 char *ps_kv_server_response(uint64_t handle, ps_ckv_meta *req, ps_ckey *keys,
                             size_t num_keys, ps_cvoid *vals,
                             size_t vals_bytes, ps_cint *lens,
-                            size_t num_lens);
+                            size_t num_lens, ps_kept_free free_kept,
+                            void *kept);
 
 /* Elastic mode (PS_ELASTIC=1): with enable != 0 the server's state moves
  * between servers through on_kv_export / on_kv_import; with 0, through the
