@@ -292,9 +292,13 @@ func (w *Worker) reportLoop(l *elasticLink, every time.Duration) {
 	}
 }
 
-// keyState is what a server remembers about the first key of requests it
-// received: who pushed it and up to which push sequence number.
+// keyState is what a server remembers about the pushes it received whose
+// first key is the same: the highest last key among them (a push of keys
+// [lo, hi] counts for every range it overlaps, not only for the one holding
+// lo: a routing interval may hold several ranges that move apart later),
+// who pushed them and up to which push sequence number.
 type keyState struct {
+	hi      uint64
 	pushers map[int32]uint64 // worker (see workerKey) -> highest push seq received
 }
 

@@ -151,6 +151,7 @@ func (e *serverElastic) setRoutes(r *postoffice.Routes) {
 		}
 	}
 	e.routes = r
+	e.pruneHist(r, me)
 	// A cut ends when the table no longer migrates its range from us.
 	kept := e.cuts[:0]
 	for _, c := range e.cuts {
@@ -183,6 +184,21 @@ func (e *serverElastic) setRoutes(r *postoffice.Routes) {
 	}
 }
 
+// pruneHist forgets the push history of spans that r no longer sends here
+// as one: keys that are not ours (nor leaving us), or that straddle an
+// interval boundary (a range moved off the interval they were pushed on,
+// or is moving). Such history is stale: it would only raise a later cut-over
+// (prepare counts every span overlapping the moving range), and a range
+// moving now took what it needed when it was prepared. The caller holds mu.
+func (e *serverElastic) pruneHist(r *postoffice.Routes, me int32) {
+	for lo, ks := range e.hist {
+		i := r.Find(lo)
+		if i < 0 || ks.hi >= r.Intervals[i].End || r.Intervals[i].Node != me && r.Intervals[i].Prev != me {
+			delete(e.hist, lo)
+		}
+	}
+}
+
 func (e *serverElastic) hasIncoming(b, end uint64) bool {
 	for _, in := range e.ins {
 		if overlaps(b, end, in.mv.Begin, in.mv.End) {
@@ -201,8 +217,8 @@ func (e *serverElastic) prepare(mv Move) uint64 {
 	defer e.mu.Unlock()
 	c := &cut{mv: mv, pushers: map[int32]uint64{}, recv: map[int32]uint64{}, started: time.Now()}
 	var top uint64
-	for k, ks := range e.hist {
-		if k < mv.Begin || k >= mv.End {
+	for lo, ks := range e.hist {
+		if !overlaps(lo, ks.hi+1, mv.Begin, mv.End) {
 			continue
 		}
 		for w, s := range ks.pushers {
@@ -311,6 +327,7 @@ func (e *serverElastic) admit(m *message.Message, keys []uint64) (*inflightReq, 
 			ks = &keyState{pushers: map[int32]uint64{}}
 			e.hist[lo] = ks
 		}
+		ks.hi = max(ks.hi, hi)
 		ks.pushers[w] = max(ks.pushers[w], seq)
 	}
 	for _, c := range e.cuts {

@@ -302,6 +302,10 @@ type op struct {
 	err     error
 
 	redirects int
+	// seqs: elastic mode, each key's push count when the operation was
+	// issued, so that a redirected span re-sliced later is numbered as the
+	// same keys were at issue (see pushSeqs).
+	seqs []uint64
 	// sending is held while issue sends the spans. The customer goroutine
 	// takes it before writing pulled values, which may land in the very
 	// buffer being sent (MXNet's ZPushPull passes vals as the destination):
@@ -329,7 +333,7 @@ type span struct {
 	va, vb     int // vals[va:vb]
 	node       int32
 	routeEpoch uint64
-	seq        uint64 // push sequence number of the interval (see pushSeqs)
+	seq        uint64 // push sequence number of the span (see pushSeqs)
 }
 
 // outMsg allocates a request message with room for its three frames in one
@@ -341,12 +345,17 @@ type outMsg struct {
 }
 
 // pushSeqs counts this worker's pushes per key (in elastic mode only).
-// A request carries the count of its first key (Ext.PushSeq), so that a
-// migrating key range switches owners at the same push number on every
-// worker: the k-th push of a key goes to the old owner while k is below the
-// range's CutSeq, and to the new owner from then on. Counting per key (not
-// per routing interval) keeps the numbers equal across workers whatever
-// routing tables each has seen.
+// A request for a span of keys carries the highest count among them
+// (Ext.PushSeq), so that a migrating key range switches owners at the same
+// push number on every worker: a span goes to the old owner while its
+// number is below the range's CutSeq, and to the new owner from then on.
+// Counting per key (not per routing interval) keeps the numbers equal
+// across workers whatever routing tables each has seen. Taking the highest
+// count (not the first key's) makes a span's number at least that of any
+// part of it: the old owner numbers a span that reached it with an older
+// table (keys on both sides of the moving range's boundary) no lower than
+// the moving keys' part of it, which other workers send on their own with
+// the newer table, so its cut-over falls after every round it holds.
 type pushSeqs struct {
 	mu    sync.Mutex
 	count map[uint64]uint64
@@ -406,8 +415,9 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 }
 
 // slice cuts keys[ka:kb] (values from byte va) into one span per routing
-// interval. With count set, each push advances the interval's push
-// sequence number; otherwise (re-routing) the given seq is kept.
+// interval. With count set, each push advances its keys' push counts;
+// otherwise (re-routing) the counts at issue number the spans (or the given
+// seq, outside elastic mode).
 func (w *Worker) slice(o *op, ka, kb, va int, spans []span, count bool, seq uint64) []span {
 	keys, lens := o.keys, o.lensIn
 	perKey := 0
@@ -447,16 +457,25 @@ func (w *Worker) slice(o *op, ka, kb, va int, spans []span, count bool, seq uint
 			s.vb = va + n*perKey
 		}
 		s.seq = seq
-		if count && elastic {
-			if o.push {
-				for j, k := range keys[ka : ka+n] {
-					if j > 0 && k == keys[ka+j-1] {
-						continue // a repeated key (row-sparse) is one push of it
-					}
-					w.seqs.count[k]++
-				}
+		switch {
+		case count && elastic:
+			if o.seqs == nil {
+				o.seqs = make([]uint64, len(keys))
 			}
-			s.seq = w.seqs.count[keys[ka]]
+			s.seq = 0
+			for j, k := range keys[ka : ka+n] {
+				c := w.seqs.count[k]
+				if o.push && (j == 0 || k != keys[ka+j-1]) {
+					c++ // a repeated key (row-sparse) is one push of it
+					w.seqs.count[k] = c
+				}
+				o.seqs[ka+j] = c
+				s.seq = max(s.seq, c)
+			}
+		case o.seqs != nil:
+			// re-slicing a redirected span: number each part by the
+			// counts its keys had at issue
+			s.seq = slices.Max(o.seqs[ka : ka+n])
 		}
 		s.node = iv.Dest(s.seq)
 		spans = append(spans, s)

@@ -38,10 +38,11 @@ func KeyRanges(n int) []Range {
 func ServerRankToID(rank int) int { return rank*2 + 8 }
 
 // Interval assigns the keys [Begin, End) to a physical server. While the
-// interval migrates, requests whose push sequence number (the worker's count
-// of pushes to this interval, see kv.Worker) is below CutSeq still go to
-// Prev, the old owner; from CutSeq on they go to Node. That aligns the
-// cut-over with iterations without any change to applications.
+// interval migrates, requests whose push sequence number (the worker's
+// highest count of pushes among the request's keys, see kv.Worker) is below
+// CutSeq still go to Prev, the old owner; from CutSeq on they go to Node.
+// That aligns the cut-over with iterations without any change to
+// applications.
 type Interval struct {
 	Begin, End uint64
 	Node       int32
