@@ -148,7 +148,7 @@ func runBenchNode(ctx context.Context) error {
 
 // benchHandler answers at once: a push with an empty ack, a pull with the
 // requested number of bytes (Meta.Head, the worker's Options.Cmd) from a
-// buffer allocated once.
+// buffer built once, so Go and C++ (--bridge) nodes can be mixed.
 type benchHandler struct{ vals []byte }
 
 func newBenchHandler(plan benchPlan, servers int) *benchHandler {
@@ -156,7 +156,11 @@ func newBenchHandler(plan benchPlan, servers int) *benchHandler {
 	for _, c := range plan.Cells {
 		maxPart = max(maxPart, c.Size/max(servers, 1))
 	}
-	return &benchHandler{vals: make([]byte, maxPart)}
+	h := &benchHandler{vals: make([]byte, maxPart)}
+	for i := range h.vals {
+		h.vals[i] = byte(i*7 + 3) // the pattern C++ bench workers check (compat_tests/test_benchmark.cc)
+	}
+	return h
 }
 
 func (h *benchHandler) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
