@@ -22,9 +22,10 @@
 // libzmq by reference (zmq_msg_init_data) and copies smaller ones; the meta
 // frame is encoded into C memory reused per peer, so a steady-state Send
 // allocates nothing and makes one cgo call. Recv receives a whole message in
-// one cgo call, decodes the meta in place and copies the data frames into Go
-// memory: large frames into pooled buffers that Transport.Release recycles,
-// small ones into one allocation per message.
+// one cgo call (a second one if it has to wait; see recvLocked), decodes the
+// meta in place and copies the data frames into Go memory: large frames into
+// pooled buffers that Transport.Release recycles, small ones into one
+// allocation per message.
 //
 // Why Recv copies: handing libzmq's own buffers to the caller (as ps-lite's
 // SArray does) would make every consumer responsible for freeing C memory —

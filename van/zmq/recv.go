@@ -3,6 +3,7 @@
 package zmq
 
 /*
+#include <errno.h>
 #include "shim.h"
 */
 import "C"
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
@@ -96,7 +98,22 @@ func (t *Transport) Recv() (*message.Message, error) {
 // that the next call starts at a message boundary. Caller holds t.recvMu.
 func (t *Transport) recvLocked() (*message.Message, error) {
 	in := t.in
-	if rc := C.eps_recv(t.router.p, in.c); rc != 0 {
+	rc := C.eps_recv(t.router.p, in.c, 1)
+	if rc == C.EAGAIN {
+		// Nothing queued: before this goroutine blocks in libzmq, holding
+		// its thread and its P, let the goroutines it readied with the
+		// previous message (the handler, a waiting caller) run on this
+		// thread. Blocking straight away would leave them to another
+		// thread, woken for them, a hand-over that costs more than
+		// everything else a small message needs on a machine with few
+		// cores. (Waiting in Go's netpoller on ZMQ_FD instead does the
+		// same for one message at a time, but loses when messages
+		// stream in: while the goroutines it woke run, nothing watches
+		// the descriptor.)
+		runtime.Gosched()
+		rc = C.eps_recv(t.router.p, in.c, 0)
+	}
+	if rc != 0 {
 		return nil, t.recvErr(errno(rc))
 	}
 	n := int(in.c.nframes)

@@ -23,9 +23,9 @@ static int msg_send_retry(zmq_msg_t *msg, void *sock, int flags) {
 	return rc;
 }
 
-static int msg_recv_retry(zmq_msg_t *msg, void *sock) {
+static int msg_recv_retry(zmq_msg_t *msg, void *sock, int flags) {
 	int rc;
-	while ((rc = zmq_msg_recv(msg, sock, 0)) < 0 && zmq_errno() == EINTR) {
+	while ((rc = zmq_msg_recv(msg, sock, flags)) < 0 && zmq_errno() == EINTR) {
 	}
 	return rc;
 }
@@ -108,7 +108,7 @@ void eps_in_free(eps_in *in) {
 	free(in);
 }
 
-int eps_recv(void *sock, eps_in *in) {
+int eps_recv(void *sock, eps_in *in, int dontwait) {
 	eps_in_release(in);
 	in->nframes = 0;
 	in->dropped_bytes = 0;
@@ -118,7 +118,10 @@ int eps_recv(void *sock, eps_in *in) {
 		if (n < in->cap) {
 			zmq_msg_t *m = &in->msgs[n];
 			zmq_msg_init(m);
-			if (msg_recv_retry(m, sock) < 0) {
+			// Only the first frame can be missing: libzmq queues a
+			// multipart message whole.
+			int flags = n == 0 && dontwait ? ZMQ_DONTWAIT : 0;
+			if (msg_recv_retry(m, sock, flags) < 0) {
 				int err = zmq_errno();
 				zmq_msg_close(m);
 				eps_in_release(in);
@@ -131,7 +134,7 @@ int eps_recv(void *sock, eps_in *in) {
 		} else {
 			zmq_msg_t m;
 			zmq_msg_init(&m);
-			if (msg_recv_retry(&m, sock) < 0) {
+			if (msg_recv_retry(&m, sock, 0) < 0) {
 				int err = zmq_errno();
 				zmq_msg_close(&m);
 				eps_in_release(in);

@@ -75,8 +75,9 @@ void eps_in_free(eps_in *in);
 // eps_recv first closes the frames of the previous message, then receives
 // one whole multipart message. Frames past cap are received and dropped
 // (counted in in->nframes, their bytes in in->dropped_bytes), so that the
-// socket is always left at a message boundary. It returns 0 or a zmq errno.
-int eps_recv(void *sock, eps_in *in);
+// socket is always left at a message boundary. It returns 0 or a zmq errno;
+// with dontwait, EAGAIN instead of blocking when no message is queued.
+int eps_recv(void *sock, eps_in *in, int dontwait);
 
 // eps_in_release closes the frames held by in.
 void eps_in_release(eps_in *in);
