@@ -1,11 +1,13 @@
-// The transport benchmark's node program through the bridge: the same
-// matrix as elasticps's own bench nodes, so that
+// The transport benchmark's node program in C++: the same matrix as
+// elasticps's own bench nodes, so that
 //
-//   elasticps bench --bridge compat_tests/build/test_benchmark
+//   elasticps bench --cxx compat_tests/build/test_benchmark
 //
 // measures every cell with Go-native servers and workers and again with
-// this C++ program (KVServer<char> / KVWorker<char>) as servers and workers,
-// in the same run, and prints the ratio.
+// this program (KVServer<char> / KVWorker<char>) as servers and workers, in
+// the same run, and prints the ratio. It uses ps-lite's API only: built
+// against dmlc ps-lite instead of the bridge, it measures ps-lite itself
+// (--cxx ps-lite=PATH).
 //
 // The plan comes from the parent (ELASTICPS_BENCH_CELLS "size op mode,...",
 // ELASTICPS_BENCH_DURATION_NS, ELASTICPS_BENCH_OPS, ELASTICPS_BENCH_DEPTH);
@@ -48,13 +50,13 @@ std::vector<Cell> Cells() {
     std::string op, mode;
     is >> c.size >> op >> mode;
     EXPECT(!is.fail() && c.size > 0 && (op == "push" || op == "pull") && (mode == "seq" || mode == "pipe"))
-        << "bad cell '" << item << "' in ELASTICPS_BENCH_CELLS (this program is started by 'elasticps bench --bridge')";
+        << "bad cell '" << item << "' in ELASTICPS_BENCH_CELLS (this program is started by 'elasticps bench --cxx')";
     c.push = op == "push";
     c.pipe = mode == "pipe";
     c.name = item;
     cells.push_back(c);
   }
-  EXPECT(!cells.empty()) << "ELASTICPS_BENCH_CELLS is empty (this program is started by 'elasticps bench --bridge')";
+  EXPECT(!cells.empty()) << "ELASTICPS_BENCH_CELLS is empty (this program is started by 'elasticps bench --cxx')";
   return cells;
 }
 

@@ -33,7 +33,7 @@ type benchOptions struct {
 	repeat   int
 	json     bool
 	profile  string
-	bridge   string // C++ node program (compat_tests/test_benchmark); "" = Go nodes only
+	cxx      []cxxNodes // C++ node programs to compare with the Go nodes (--cxx)
 }
 
 const benchUsage = `usage: elasticps bench [flags]
@@ -66,17 +66,25 @@ func parseBenchArgs(args []string) (benchOptions, error) {
 	fs.IntVar(&o.repeat, "repeat", 1, "run the whole matrix this many times and report medians")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of a table")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write CPU profiles to PREFIX-<van>-<SxW>-<role><index>.pprof")
-	fs.StringVar(&o.bridge, "bridge", "", "also run every cell with this C++ program (built against the bridge, e.g. compat_tests/build/test_benchmark) as servers and workers, and compare it with the Go nodes")
+	fs.Func("cxx", "[LABEL=]PROGRAM: also run every cell with this C++ program as servers and workers and compare it with the Go nodes; repeatable. compat_tests/build/test_benchmark is the program built against the bridge (label c++); the same source built against dmlc ps-lite measures ps-lite itself", func(v string) error {
+		label, path, ok := strings.Cut(v, "=")
+		if !ok {
+			label, path = "c++", v
+		}
+		if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("%q is not an executable program; build it with 'make -C compat_tests' (build/test_benchmark)", path)
+		}
+		if label == "" || strings.ContainsAny(label, " \t") {
+			return fmt.Errorf("label %q: use a short name without spaces, e.g. c++ or ps-lite", label)
+		}
+		o.cxx = append(o.cxx, cxxNodes{label: label, program: path})
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
-	}
-	if o.bridge != "" {
-		if fi, err := os.Stat(o.bridge); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return o, fmt.Errorf("bench: --bridge %q is not an executable program; build it with 'make -C compat_tests' (build/test_benchmark)", o.bridge)
-		}
 	}
 	switch *van {
 	case "all":
@@ -147,7 +155,7 @@ func splitList(s string) []string {
 // medians over --repeat runs.
 type benchResult struct {
 	Van       string  `json:"van"`
-	Bridge    bool    `json:"bridge,omitempty"` // C++ nodes through the bridge
+	Nodes     string  `json:"nodes,omitempty"` // label of the C++ nodes (--cxx); "" = Go nodes
 	Servers   int     `json:"servers"`
 	Workers   int     `json:"workers"`
 	Size      int     `json:"size"`
@@ -170,13 +178,17 @@ func (r *benchResult) key() string {
 	return fmt.Sprintf("%dx%d/%s/%s/%s", r.Servers, r.Workers, sizeLabel(r.Size), r.Op, r.Mode)
 }
 
-// label names the nodes of a result row: the van, and "c++" for the bridge.
+// label names the nodes of a result row: the van, and the C++ program's
+// label for --cxx rows.
 func (r *benchResult) label() string {
-	if r.Bridge {
-		return r.Van + " c++"
+	if r.Nodes != "" {
+		return r.Van + " " + r.Nodes
 	}
 	return r.Van
 }
+
+// cxxNodes is a C++ node program of --cxx and its label.
+type cxxNodes struct{ label, program string }
 
 // runBench is 'elasticps bench'.
 func runBench(ctx context.Context, args []string) error {
@@ -204,25 +216,21 @@ func runBench(ctx context.Context, args []string) error {
 	type samples struct{ mbps, p50, p99, mean []float64 }
 	all := map[string]*samples{}
 	var order []*benchResult
-	kinds := []bool{false}
-	if o.bridge != "" {
-		kinds = append(kinds, true) // each topology's bridge job right after its Go job
-	}
+	// Each topology's C++ jobs run right after its Go job, so that their
+	// ratios compare runs close in time on this noisy machine.
+	kinds := append([]cxxNodes{{}}, o.cxx...)
 	for rep := range o.repeat {
 		for _, van := range o.vans {
 			for _, topo := range o.topos {
-				for _, bridge := range kinds {
+				for _, kind := range kinds {
 					label := fmt.Sprintf("%s %dx%d", van, topo[0], topo[1])
-					if bridge {
-						label += " c++"
+					if kind.label != "" {
+						label += " " + kind.label
 					}
 					if o.repeat > 1 {
 						label += fmt.Sprintf(" run %d/%d", rep+1, o.repeat)
 					}
-					nodes := benchNodes{exe: exe}
-					if bridge {
-						nodes.program = o.bridge
-					}
+					nodes := benchNodes{exe: exe, program: kind.program}
 					reports, err := runBenchJob(ctx, nodes, o, van, topo, cells, func(i, n int, name string) {
 						prog.update(fmt.Sprintf("[%s] cell %d/%d: %s", label, i, n, name))
 					})
@@ -231,7 +239,7 @@ func runBench(ctx context.Context, args []string) error {
 						return fmt.Errorf("bench %s: %w", label, err)
 					}
 					for i, c := range cells {
-						r := &benchResult{Van: van, Bridge: bridge, Servers: topo[0], Workers: topo[1], Size: c.Size, Op: c.Op, Mode: c.Mode}
+						r := &benchResult{Van: van, Nodes: kind.label, Servers: topo[0], Workers: topo[1], Size: c.Size, Op: c.Op, Mode: c.Mode}
 						mbps, h, ops := aggregate(reports[i])
 						s := all[r.key()+"/"+r.label()]
 						if s == nil {
@@ -261,7 +269,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 	}
 	for _, r := range order {
-		if r.Bridge {
+		if r.Nodes != "" {
 			g := all[r.key()+"/"+r.Van]
 			r.GoMBps, r.GoMeanUS = median(g.mbps), median(g.mean)
 		}
@@ -294,7 +302,7 @@ func aggregate(reps []benchReport) (float64, *hist, int64) {
 // runBenchJob runs one local job (one van, one topology) through every cell
 // and returns the workers' reports per cell.
 // benchNodes says which programs a bench job runs: this executable's
-// bench-node role everywhere, or a C++ program (see --bridge) as servers
+// bench-node role everywhere, or a C++ program (see --cxx) as servers
 // and workers under this executable's scheduler.
 type benchNodes struct {
 	exe     string
@@ -423,8 +431,8 @@ func printBenchTable(w io.Writer, rs []*benchResult, o benchOptions) {
 	fmt.Fprintf(w, "baseline: dmlc ps-lite on this machine kind (spec section 8; its latency is the mean of sequential ops)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "van\tSxW\tsize\top\tmode\tMB/s\tp50\tp99\tmean\t\tdmlc MB/s\tx goodput\tdmlc lat\tx latency\t"
-	if o.bridge != "" {
-		head += "\tc++/go MB/s\tc++/go lat\t"
+	if len(o.cxx) > 0 {
+		head += "\tMB/s vs go\tlat vs go\t"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range rs {
@@ -441,12 +449,12 @@ func printBenchTable(w io.Writer, rs []*benchResult, o benchOptions) {
 		line := fmt.Sprintf("%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t%s\t%s\t%s\t",
 			r.label(), r.Servers, r.Workers, sizeLabel(r.Size), r.Op, r.Mode,
 			fmtNum(r.MBps), fmtNum(r.P50US), fmtNum(r.P99US), fmtNum(r.MeanUS), base, ratio, lat, latRatio)
-		if o.bridge != "" {
+		if len(o.cxx) > 0 {
 			vsGo, latVsGo := "", ""
-			if r.Bridge && r.GoMBps > 0 {
+			if r.Nodes != "" && r.GoMBps > 0 {
 				vsGo = fmt.Sprintf("%.2f", r.MBps/r.GoMBps)
 			}
-			if r.Bridge && r.GoMeanUS > 0 {
+			if r.Nodes != "" && r.GoMeanUS > 0 {
 				latVsGo = fmt.Sprintf("%.2f", r.MeanUS/r.GoMeanUS)
 			}
 			line += "\t" + vsGo + "\t" + latVsGo + "\t"
@@ -454,6 +462,9 @@ func printBenchTable(w io.Writer, rs []*benchResult, o benchOptions) {
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
+	if len(o.cxx) > 0 {
+		fmt.Fprintf(w, "\nvs go: a C++ row's goodput and mean latency over the Go nodes' of the same van, topology and runs (MB/s > 1 or lat < 1: faster than elasticps's Go nodes)\n")
+	}
 }
 
 func fmtNum(v float64) string {

@@ -58,7 +58,7 @@ type benchReport struct {
 
 const benchPlanEnv = "ELASTICPS_BENCH_PLAN"
 
-// bridgeEnv is the plan for C++ nodes (--bridge), in variables simple to
+// bridgeEnv is the plan for C++ nodes (--cxx), in variables simple to
 // read without a JSON parser, and the van selection the bridge reads.
 func (p benchPlan) bridgeEnv() []string {
 	cells := make([]string, len(p.Cells))
@@ -148,7 +148,7 @@ func runBenchNode(ctx context.Context) error {
 
 // benchHandler answers at once: a push with an empty ack, a pull with the
 // requested number of bytes (Meta.Head, the worker's Options.Cmd) from a
-// buffer built once, so Go and C++ (--bridge) nodes can be mixed.
+// buffer built once, so Go and C++ (--cxx) nodes can be mixed.
 type benchHandler struct{ vals []byte }
 
 func newBenchHandler(plan benchPlan, servers int) *benchHandler {
