@@ -232,6 +232,9 @@ int main() {
     server = new KVServer<char>(0);
     server->set_request_handle(Handler{&reply});
   }
+  // dmlc ps-lite aborts on a request that arrives before the handler is
+  // set: workers start once every server has one.
+  Postoffice::Get()->Barrier(0, kServerGroup + kWorkerGroup);
   if (IsWorker()) Worker(cells);
   Finalize(0, true);
   delete server;
