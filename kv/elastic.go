@@ -32,7 +32,9 @@ const (
 	// ElasticImport: scheduler -> new owner, body = move + state; replied
 	// once installed.
 	ElasticImport
-	// ElasticAbort: scheduler -> old and new owner, body = move.
+	// ElasticAbort: scheduler -> old and new owner, body = move; the reply
+	// body is 1 byte, 1 when the old owner had exported the keys already
+	// (their state is on its way to the scheduler).
 	ElasticAbort
 	// ElasticReport: server -> scheduler, body = a load report.
 	ElasticReport

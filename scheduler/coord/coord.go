@@ -195,14 +195,14 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		}
 	}
 	if err := c.publish(r1, to, from); err != nil {
-		c.rollback(r1, mv)
+		c.rollback(r1, mv, false)
 		return c.finish(res, err)
 	}
 	var ex export
 	select {
 	case ex = <-c.exports:
 	case <-time.After(c.Timeout):
-		c.rollback(r1, mv)
+		c.rollback(r1, mv, false)
 		return c.finish(res, fmt.Errorf("coord: node %d did not export keys [%d, %d) within %v", from, begin, end, c.Timeout))
 	case <-c.po.Done():
 		return c.finish(res, postoffice.ErrStopped)
@@ -212,7 +212,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	}
 	if ex.err != nil {
 		// An export is all or nothing: the keys are still on the old owner.
-		c.rollback(r1, mv)
+		c.rollback(r1, mv, true)
 		return c.finish(res, fmt.Errorf("coord: %w; the move is aborted and the keys stay on node %d", ex.err, from))
 	}
 	res.Bytes = len(ex.state)
@@ -260,25 +260,66 @@ func (c *Coordinator) finish(res Result, err error) (Result, error) {
 // failed to install it (an install is all or nothing), then rolls the move
 // back; err is the install's failure.
 func (c *Coordinator) giveBack(r1 *postoffice.Routes, mv kv.Move, state []byte, err error) error {
-	// The old owner takes the keys back only if it can install them
-	// without doubling what it still holds (accept refuses that).
-	_, aerr := c.link.Call(mv.From, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout)
-	if aerr == nil {
-		_, aerr = c.link.Call(mv.From, kv.ElasticImport, kv.MarshalMove(mv, state), c.Timeout)
-	}
-	if aerr != nil {
-		// The state left the old owner and neither server holds it now.
-		// Say so loudly: this is the one failure a move cannot undo.
-		c.log.Error("coord: exported keys were installed neither on the new owner nor back on the old one; their values are lost",
-			"move", fmt.Sprintf("%+v", mv), "install", err, "give_back", aerr)
+	if aerr := c.returnState(mv, state, err); aerr != nil {
 		return fmt.Errorf("%w; giving the keys back to node %d failed too (their values are lost): %v", err, mv.From, aerr)
 	}
-	c.rollback(r1, mv)
+	c.rollback(r1, mv, true)
 	return fmt.Errorf("%w; the keys went back to node %d", err, mv.From)
 }
 
-// rollback returns the keys to the old owner after a failed move.
-func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move) {
+// returnState installs exported state back on the old owner; why is what
+// kept it from the new one. The old owner takes the keys back only if it
+// can install them without doubling what it still holds (accept refuses
+// that).
+func (c *Coordinator) returnState(mv kv.Move, state []byte, why error) error {
+	_, err := c.link.Call(mv.From, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout)
+	if err == nil {
+		_, err = c.link.Call(mv.From, kv.ElasticImport, kv.MarshalMove(mv, state), c.Timeout)
+	}
+	if err != nil {
+		// The state left the old owner and neither server holds it now.
+		// Say so loudly: this is the one failure a move cannot undo.
+		c.log.Error("coord: exported keys were installed neither on the new owner nor back on the old one; their values are lost",
+			"move", fmt.Sprintf("%+v", mv), "why", why, "give_back", err)
+	}
+	return err
+}
+
+// reclaim waits for the export of mv, which the old owner made before the
+// abort reached it, and installs it back there.
+func (c *Coordinator) reclaim(mv kv.Move) {
+	deadline := time.NewTimer(c.Timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case ex := <-c.exports:
+			if ex.mv != mv {
+				c.log.Warn("coord: dropped a stale export", "move", fmt.Sprintf("%+v", ex.mv))
+				continue
+			}
+			if ex.err != nil {
+				return // the export failed: the keys stayed on the old owner
+			}
+			if err := c.returnState(mv, ex.state, errors.New("the move was aborted after the old owner exported")); err == nil {
+				c.log.Warn("coord: the old owner had exported the keys before the abort; their state went back to it", "move", fmt.Sprintf("%+v", mv))
+			}
+			return
+		case <-deadline.C:
+			c.log.Error("coord: the old owner exported the keys before the abort, but the export did not arrive; their values are lost",
+				"move", fmt.Sprintf("%+v", mv), "waited", c.Timeout)
+			return
+		case <-c.po.Done():
+			return
+		}
+	}
+}
+
+// rollback returns the keys to the old owner after a failed move. haveExport
+// says whether the old owner's export (or its failure) has reached the
+// coordinator; if not and the old owner answers the abort with "exported
+// already", the state is on its way and goes back to it (reclaim) before
+// the keys do.
+func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move, haveExport bool) {
 	r := r1.Clone()
 	r.Epoch = r1.Epoch + 1
 	for i := range r.Intervals {
@@ -289,8 +330,15 @@ func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move) {
 	}
 	r.Coalesce()
 	for _, id := range []int32{mv.From, mv.To} {
-		if _, err := c.link.Call(id, kv.ElasticAbort, kv.MarshalMove(mv, nil), c.Timeout); err != nil {
+		ans, err := c.link.Call(id, kv.ElasticAbort, kv.MarshalMove(mv, nil), c.Timeout)
+		if err != nil {
 			c.log.Warn("coord: abort not acknowledged", "node", id, "err", err)
+			continue
+		}
+		if id == mv.From && !haveExport && len(ans) == 1 && ans[0] == 1 {
+			// Too late to keep the keys there: they left with the
+			// export, which must come back before the keys do.
+			c.reclaim(mv)
 		}
 	}
 	if err := c.publish(r); err != nil {

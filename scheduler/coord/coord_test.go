@@ -20,8 +20,8 @@ import (
 )
 
 type elasticJob struct {
-	stuck   *postoffice.Postoffice // jobOpts.stuckWorker
-	unstick func()
+	stuck   *postoffice.Postoffice // jobOpts.stuckWorker or stuckServer
+	unstick func()                 // stuckWorker
 	sched   *postoffice.Postoffice
 	coord   *Coordinator
 	servers []*postoffice.Postoffice
@@ -52,21 +52,28 @@ type jobOpts struct {
 	// as if its handler were blocked, until unstick: then the requests it
 	// holds are dropped and the real worker link takes over.
 	stuckWorker bool
+	// stuckServer adds a server (not in servers) whose elastic link
+	// answers that it can take keys (accept) and nothing else; no request
+	// handler, so give it no keys to serve.
+	stuckServer bool
 }
 
 // startJobWith starts the job described by opts.
 func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	t.Helper()
-	nodes := nw
+	nodes, servers := nw, ns
 	if opts.stuckWorker {
 		nodes++
+	}
+	if opts.stuckServer {
+		servers++
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	newNode := func(role message.Role) *postoffice.Postoffice {
-		cfg := postoffice.Config{Role: role, NumServers: ns, NumWorkers: nodes, SchedulerHost: "127.0.0.1",
+		cfg := postoffice.Config{Role: role, NumServers: servers, NumWorkers: nodes, SchedulerHost: "127.0.0.1",
 			SchedulerPort: port, NodeHost: "127.0.0.1", Logger: logger()}
 		po, err := postoffice.Open(cfg)
 		require.NoError(t, err)
@@ -101,10 +108,8 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	all := append(append([]*postoffice.Postoffice{j.sched}, j.servers...), j.workers...)
 	if opts.stuckWorker {
 		j.stuck = newNode(message.RoleWorker)
-		app, err := kv.NewSimpleApp(j.stuck, kv.ElasticAppID, kv.ElasticAppID)
-		require.NoError(t, err)
 		release := make(chan struct{})
-		app.SetRequestHandler(func(kv.SimpleData, *kv.SimpleApp) { <-release })
+		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { <-release; return false })
 		var once sync.Once
 		j.unstick = func() {
 			once.Do(func() {
@@ -116,6 +121,17 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 		t.Cleanup(func() { once.Do(func() { close(release); app.Close() }) })
 		all = append(all, j.stuck)
 	}
+	if opts.stuckServer {
+		j.stuck = newNode(message.RoleServer)
+		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { return d.Head == kv.ElasticAccept })
+		t.Cleanup(app.Close)
+		all = append(all, j.stuck)
+	}
+	if j.stuck != nil {
+		// calls to the stuck node time out soon; moves wait for the
+		// acknowledgement of others briefly
+		j.coord.Timeout, j.coord.PublishWait = 2*time.Second, 100*time.Millisecond
+	}
 	var wg sync.WaitGroup
 	for _, po := range all {
 		wg.Add(1)
@@ -123,6 +139,20 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	}
 	wg.Wait()
 	return j
+}
+
+// stuckLink stands in for po's elastic link: it answers a request with
+// success when answer says so (the link's wire form: a 0 byte, then the
+// body) and never answers the others.
+func stuckLink(t *testing.T, po *postoffice.Postoffice, answer func(kv.SimpleData) bool) *kv.SimpleApp {
+	app, err := kv.NewSimpleApp(po, kv.ElasticAppID, kv.ElasticAppID)
+	require.NoError(t, err)
+	app.SetRequestHandler(func(d kv.SimpleData, a *kv.SimpleApp) {
+		if answer(d) {
+			_ = a.Response(d, []byte{0}) // a failure shows as the caller's timeout
+		}
+	})
+	return app
 }
 
 // Many migrations while workers push: every acknowledged push is in the

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -19,8 +20,6 @@ import (
 func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 	const ns, nw, moves = 2, 2, 6
 	j := startJobWith(t, ns, nw, jobOpts{stuckWorker: true})
-	j.coord.Timeout = 3 * time.Second
-	j.coord.PublishWait = 100 * time.Millisecond
 	stuck := j.stuck.MyNode().ID
 	keys, vals := j.firstKeys(4)
 	wg, _ := j.pushRounds(t, keys, vals, 300, time.Millisecond)
@@ -66,4 +65,39 @@ func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 		require.NoError(t, h.Err, "move %d", i)
 	}
 	require.Len(t, j.coord.History(), moves+1)
+}
+
+// A move aborted after the old owner exported (here: the new owner takes
+// the keys, then answers nothing, so the table that would hand them over
+// never reaches it) gives the exported state back to the old owner before
+// the keys go back there; the sums stay exact. Before, the state was
+// dropped and the old owner served the keys from scratch.
+func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
+	const ns, nw, rounds = 2, 2, 200
+	j := startJobWith(t, ns, nw, jobOpts{stuckServer: true})
+	stuck := j.stuck.MyNode().ID
+	// keys of the real servers only: the stuck one serves nothing
+	ranges := j.workers[0].ServerKeyRanges()
+	var keys []uint64
+	var vals []float32
+	for rank, r := range ranges {
+		if int32(message.ServerRankToID(rank)) != stuck {
+			keys = append(keys, r.Begin, r.Begin+1)
+			vals = append(vals, float32(10*rank+1), float32(10*rank+2))
+		}
+	}
+	from, _ := owner(j.sched.Routing().Current(), keys[0], keys[0]+1)
+	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
+	require.Eventually(t, func() bool { return done.Load() >= 20 }, 30*time.Second, time.Millisecond)
+
+	_, err := j.coord.Move(keys[0], keys[0]+1, stuck)
+	require.ErrorIs(t, err, kv.ErrNoAnswer)
+	require.ErrorContains(t, err, fmt.Sprintf("routing epoch 1 not delivered to node %d", stuck))
+	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
+	require.Equal(t, 1.0, unanswered.With(strconv.Itoa(int(stuck)), "abort").Value())
+	require.GreaterOrEqual(t, unanswered.With(strconv.Itoa(int(stuck)), "routes").Value(), 1.0)
+	require.Equal(t, from, j.sched.Routing().Current().Intervals[j.sched.Routing().Current().Find(keys[0])].Node)
+
+	wg.Wait()
+	j.requireSums(t, keys, vals, rounds*nw)
 }
