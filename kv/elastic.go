@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,7 +32,9 @@ const (
 	// ElasticImport: scheduler -> new owner, body = move + state; replied
 	// once installed.
 	ElasticImport
-	// ElasticAbort: scheduler -> old and new owner, body = move.
+	// ElasticAbort: scheduler -> old and new owner, body = move; the reply
+	// body is 1 byte, 1 when the old owner had exported the keys already
+	// (their state is on its way to the scheduler).
 	ElasticAbort
 	// ElasticReport: server -> scheduler, body = a load report.
 	ElasticReport
@@ -45,6 +48,37 @@ const (
 	// after the timeout.
 	ElasticExportFailed
 )
+
+// ElasticMessageName names an elastic control message for logs and
+// metrics ("routes", "prepare", ...).
+func ElasticMessageName(head int32) string {
+	switch head {
+	case ElasticRoutes:
+		return "routes"
+	case ElasticPrepare:
+		return "prepare"
+	case ElasticExport:
+		return "export"
+	case ElasticImport:
+		return "import"
+	case ElasticAbort:
+		return "abort"
+	case ElasticReport:
+		return "report"
+	case ElasticLeave:
+		return "leave"
+	case ElasticAccept:
+		return "accept"
+	case ElasticExportFailed:
+		return "export-failed"
+	}
+	return "message " + strconv.Itoa(int(head))
+}
+
+// ErrNoAnswer is wrapped by the error of an elastic call that the peer did
+// not answer within its timeout. Each one is counted in
+// elasticps_elastic_unanswered_total{node,message} on the calling node.
+var ErrNoAnswer = errors.New("no answer")
 
 // Move names one migration: keys [Begin, End) go from node From to node
 // To, in routing epoch Epoch.
@@ -174,7 +208,9 @@ func (l *elasticLink) Call(node int32, head int32, body []byte, timeout time.Dur
 		l.mu.Lock()
 		delete(l.waiters, ts)
 		l.mu.Unlock()
-		return nil, fmt.Errorf("elastic: node %d did not answer message %d within %v", node, head, timeout)
+		name := ElasticMessageName(head)
+		l.app.po.ElasticMetrics().ControlUnansweredTotal.With(strconv.Itoa(int(node)), name).Inc()
+		return nil, fmt.Errorf("elastic: node %d: %w to %s (request %d) within %v", node, ErrNoAnswer, name, ts, timeout)
 	case <-l.app.po.Done():
 		return nil, postoffice.ErrStopped
 	}

@@ -129,8 +129,10 @@ func (e *serverElastic) handle(d SimpleData) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		e.abort(mv)
-		return nil, nil
+		if e.abort(mv) {
+			return []byte{1}, nil
+		}
+		return []byte{0}, nil
 	}
 	return nil, fmt.Errorf("unknown elastic message %d", d.Head)
 }
@@ -255,17 +257,25 @@ func (e *serverElastic) install(mv Move, state []byte) error {
 	return nil
 }
 
-func (e *serverElastic) abort(mv Move) {
+// abort drops mv's cut unless it has exported already, and says whether it
+// had: then the keys' state left (or is leaving) for the scheduler, which
+// gives it back before the keys come back here.
+func (e *serverElastic) abort(mv Move) (exported bool) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	kept := e.cuts[:0]
 	for _, c := range e.cuts {
-		if c.mv.Begin == mv.Begin && c.mv.End == mv.End && !c.exported {
-			continue
+		if c.mv.Begin == mv.Begin && c.mv.End == mv.End {
+			if c.exported {
+				exported = true
+			} else {
+				continue
+			}
 		}
 		kept = append(kept, c)
 	}
 	e.cuts = kept
-	e.mu.Unlock()
+	return exported
 }
 
 // admit decides what happens to a request before the handler sees it. It

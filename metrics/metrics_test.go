@@ -349,6 +349,7 @@ func TestWellFormed(t *testing.T) {
 	em.MigrationsTotal.With(ResultFailed).Inc()
 	em.MigrationStallSeconds.Observe(0.03)
 	em.RoutingEpoch.Set(7)
+	em.ControlUnansweredTotal.With("9", "routes").AddInt(2)
 	require.NoError(t, r.GaugeFunc("weird", "Values: NaN and infinities.", math.NaN, Label{"v", "nan"}))
 	require.NoError(t, r.GaugeFunc("weird", "Values: NaN and infinities.", func() float64 { return math.Inf(-1) }, Label{"v", "-inf"}))
 	must[*GaugeVec](t)(r.GaugeVec("labels", "Odd label values.", "a", "b")).With("x\"y", "p\\q\nr").Set(1)
@@ -364,6 +365,7 @@ func TestWellFormed(t *testing.T) {
 		"elasticps_server_request_handle_seconds", "elasticps_worker_round_trip_seconds",
 		"elasticps_server_load_bytes_per_second", "elasticps_server_load_requests_per_second",
 		"elasticps_migrations_total", "elasticps_migration_stall_seconds", "elasticps_routing_epoch",
+		"elasticps_elastic_unanswered_total",
 	} {
 		assert.True(t, names[n], n)
 	}
@@ -371,6 +373,7 @@ func TestWellFormed(t *testing.T) {
 	assert.Contains(t, out, `elasticps_server_load_bytes_per_second{server="8"} 1500000000`)
 	assert.Contains(t, out, `elasticps_migrations_total{result="failed"} 1`)
 	assert.Contains(t, out, `elasticps_routing_epoch 7`)
+	assert.Contains(t, out, `elasticps_elastic_unanswered_total{message="routes",node="9"} 2`)
 
 	// Registering again shares the families (two nodes in one process).
 	em2, err := NewElasticMetrics(r)

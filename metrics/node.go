@@ -157,6 +157,10 @@ type ElasticMetrics struct {
 	MigrationStallSeconds *Histogram
 	// RoutingEpoch: the version of the routing table in force.
 	RoutingEpoch *Gauge
+	// ControlUnansweredTotal{node,message}: elastic control requests this
+	// node sent that node (the peer's ps id) did not answer within the
+	// caller's timeout, by message (routes, prepare, import, ...).
+	ControlUnansweredTotal *CounterVec
 }
 
 // NewElasticMetrics registers the elastic families in r. Calling it again
@@ -188,6 +192,9 @@ func NewElasticMetrics(r *Registry) (*ElasticMetrics, error) {
 	keep(err)
 	m.RoutingEpoch, err = r.Gauge("elasticps_routing_epoch",
 		"Version of the routing table in force.")
+	keep(err)
+	m.ControlUnansweredTotal, err = r.CounterVec("elasticps_elastic_unanswered_total",
+		"Elastic control requests a peer did not answer within the timeout, by peer node id and message.", "node", "message")
 	keep(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

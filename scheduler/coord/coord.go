@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,14 @@ type Coordinator struct {
 
 	// Timeout bounds each step (a node's answer, the old owner's export).
 	Timeout time.Duration
+	// PublishWait is how long a move waits for the nodes other than its
+	// two servers to acknowledge a routing table. A node that has not by
+	// then (a worker whose elastic link is stuck, a node that died) does
+	// not hold the move up: its table only steers its requests, and the
+	// servers redirect what it sends by an old one. It keeps being sent
+	// the newest table in the background until it acknowledges one, and
+	// later moves do not wait for it meanwhile (Lagging lists such nodes).
+	PublishWait time.Duration
 
 	moveMu  sync.Mutex // one reconfiguration at a time
 	exports chan export
@@ -34,6 +43,18 @@ type Coordinator struct {
 	mu      sync.Mutex
 	history []Result
 	onLoad  func(from int32, report []byte)
+
+	// routing tables delivered to each node (see deliver)
+	dmu   sync.Mutex
+	nodes map[int32]*nodeRoutes
+	acked chan struct{} // closed and replaced whenever a node acknowledges a table
+}
+
+// nodeRoutes is what the coordinator knows of one node's routing table.
+type nodeRoutes struct {
+	acked   uint64        // highest epoch the node acknowledged
+	lagging bool          // did not acknowledge within PublishWait or its call failed
+	wake    chan struct{} // capacity 1: a newer table is waiting for the node
 }
 
 type export struct {
@@ -61,7 +82,8 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{po: po, link: link, log: po.Logger(), Timeout: 30 * time.Second, exports: make(chan export, 4)}
+	c := &Coordinator{po: po, link: link, log: po.Logger(), Timeout: 30 * time.Second, PublishWait: 2 * time.Second,
+		exports: make(chan export, 4), nodes: map[int32]*nodeRoutes{}, acked: make(chan struct{})}
 	link.Handle(c.handle)
 	return c, nil
 }
@@ -173,14 +195,14 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		}
 	}
 	if err := c.publish(r1, to, from); err != nil {
-		c.rollback(r1, mv)
+		c.rollback(r1, mv, false)
 		return c.finish(res, err)
 	}
 	var ex export
 	select {
 	case ex = <-c.exports:
 	case <-time.After(c.Timeout):
-		c.rollback(r1, mv)
+		c.rollback(r1, mv, false)
 		return c.finish(res, fmt.Errorf("coord: node %d did not export keys [%d, %d) within %v", from, begin, end, c.Timeout))
 	case <-c.po.Done():
 		return c.finish(res, postoffice.ErrStopped)
@@ -190,7 +212,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	}
 	if ex.err != nil {
 		// An export is all or nothing: the keys are still on the old owner.
-		c.rollback(r1, mv)
+		c.rollback(r1, mv, true)
 		return c.finish(res, fmt.Errorf("coord: %w; the move is aborted and the keys stay on node %d", ex.err, from))
 	}
 	res.Bytes = len(ex.state)
@@ -238,25 +260,66 @@ func (c *Coordinator) finish(res Result, err error) (Result, error) {
 // failed to install it (an install is all or nothing), then rolls the move
 // back; err is the install's failure.
 func (c *Coordinator) giveBack(r1 *postoffice.Routes, mv kv.Move, state []byte, err error) error {
-	// The old owner takes the keys back only if it can install them
-	// without doubling what it still holds (accept refuses that).
-	_, aerr := c.link.Call(mv.From, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout)
-	if aerr == nil {
-		_, aerr = c.link.Call(mv.From, kv.ElasticImport, kv.MarshalMove(mv, state), c.Timeout)
-	}
-	if aerr != nil {
-		// The state left the old owner and neither server holds it now.
-		// Say so loudly: this is the one failure a move cannot undo.
-		c.log.Error("coord: exported keys were installed neither on the new owner nor back on the old one; their values are lost",
-			"move", fmt.Sprintf("%+v", mv), "install", err, "give_back", aerr)
+	if aerr := c.returnState(mv, state, err); aerr != nil {
 		return fmt.Errorf("%w; giving the keys back to node %d failed too (their values are lost): %v", err, mv.From, aerr)
 	}
-	c.rollback(r1, mv)
+	c.rollback(r1, mv, true)
 	return fmt.Errorf("%w; the keys went back to node %d", err, mv.From)
 }
 
-// rollback returns the keys to the old owner after a failed move.
-func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move) {
+// returnState installs exported state back on the old owner; why is what
+// kept it from the new one. The old owner takes the keys back only if it
+// can install them without doubling what it still holds (accept refuses
+// that).
+func (c *Coordinator) returnState(mv kv.Move, state []byte, why error) error {
+	_, err := c.link.Call(mv.From, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout)
+	if err == nil {
+		_, err = c.link.Call(mv.From, kv.ElasticImport, kv.MarshalMove(mv, state), c.Timeout)
+	}
+	if err != nil {
+		// The state left the old owner and neither server holds it now.
+		// Say so loudly: this is the one failure a move cannot undo.
+		c.log.Error("coord: exported keys were installed neither on the new owner nor back on the old one; their values are lost",
+			"move", fmt.Sprintf("%+v", mv), "why", why, "give_back", err)
+	}
+	return err
+}
+
+// reclaim waits for the export of mv, which the old owner made before the
+// abort reached it, and installs it back there.
+func (c *Coordinator) reclaim(mv kv.Move) {
+	deadline := time.NewTimer(c.Timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case ex := <-c.exports:
+			if ex.mv != mv {
+				c.log.Warn("coord: dropped a stale export", "move", fmt.Sprintf("%+v", ex.mv))
+				continue
+			}
+			if ex.err != nil {
+				return // the export failed: the keys stayed on the old owner
+			}
+			if err := c.returnState(mv, ex.state, errors.New("the move was aborted after the old owner exported")); err == nil {
+				c.log.Warn("coord: the old owner had exported the keys before the abort; their state went back to it", "move", fmt.Sprintf("%+v", mv))
+			}
+			return
+		case <-deadline.C:
+			c.log.Error("coord: the old owner exported the keys before the abort, but the export did not arrive; their values are lost",
+				"move", fmt.Sprintf("%+v", mv), "waited", c.Timeout)
+			return
+		case <-c.po.Done():
+			return
+		}
+	}
+}
+
+// rollback returns the keys to the old owner after a failed move. haveExport
+// says whether the old owner's export (or its failure) has reached the
+// coordinator; if not and the old owner answers the abort with "exported
+// already", the state is on its way and goes back to it (reclaim) before
+// the keys do.
+func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move, haveExport bool) {
 	r := r1.Clone()
 	r.Epoch = r1.Epoch + 1
 	for i := range r.Intervals {
@@ -267,8 +330,15 @@ func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move) {
 	}
 	r.Coalesce()
 	for _, id := range []int32{mv.From, mv.To} {
-		if _, err := c.link.Call(id, kv.ElasticAbort, kv.MarshalMove(mv, nil), c.Timeout); err != nil {
+		ans, err := c.link.Call(id, kv.ElasticAbort, kv.MarshalMove(mv, nil), c.Timeout)
+		if err != nil {
 			c.log.Warn("coord: abort not acknowledged", "node", id, "err", err)
+			continue
+		}
+		if id == mv.From && !haveExport && len(ans) == 1 && ans[0] == 1 {
+			// Too late to keep the keys there: they left with the
+			// export, which must come back before the keys do.
+			c.reclaim(mv)
 		}
 	}
 	if err := c.publish(r); err != nil {
@@ -277,25 +347,188 @@ func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move) {
 }
 
 // publish installs r on the scheduler and sends it to the given nodes
-// first (in order), then to every other server and worker.
+// first, in order, waiting for each (a failure there fails the publish);
+// then to every other server at once, and then to every worker at once,
+// waiting for each wave up to PublishWait. A node that has not acknowledged
+// the table by then does not fail the publish: it keeps being sent the
+// newest table in the background (deliver). A server that gets a request
+// routed by a newer table than its own holds it until that table arrives,
+// so the order only spares such waits.
 func (c *Coordinator) publish(r *postoffice.Routes, first ...int32) error {
 	c.po.Routing().Update(r)
 	c.po.ElasticMetrics().RoutingEpoch.Set(float64(r.Epoch))
 	body := r.Marshal()
-	sent := map[int32]bool{}
-	order := append([]int32{}, first...)
-	order = append(order, c.Servers()...)
-	order = append(order, c.po.Members(message.WorkerGroup)...)
-	for _, id := range order {
-		if sent[id] {
-			continue
-		}
-		sent[id] = true
+	for _, id := range first {
 		if _, err := c.link.Call(id, kv.ElasticRoutes, body, c.Timeout); err != nil {
 			return fmt.Errorf("coord: routing epoch %d not delivered to node %d: %w", r.Epoch, id, err)
 		}
+		c.ack(id, r.Epoch)
+	}
+	sent := slices.Clone(first)
+	for _, wave := range [][]int32{c.Servers(), c.po.Members(message.WorkerGroup)} {
+		var ids []int32
+		for _, id := range wave {
+			if !slices.Contains(sent, id) {
+				sent = append(sent, id)
+				ids = append(ids, id)
+				c.kick(id)
+			}
+		}
+		if err := c.awaitAcks(ids, r.Epoch); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// awaitAcks waits up to PublishWait until every node of ids that is not
+// lagging has acknowledged epoch; those that have not are lagging from then
+// on.
+func (c *Coordinator) awaitAcks(ids []int32, epoch uint64) error {
+	deadline := time.NewTimer(c.PublishWait)
+	defer deadline.Stop()
+	for {
+		c.dmu.Lock()
+		acked := c.acked
+		var waiting []int32
+		for _, id := range ids {
+			if n := c.node(id); n.acked < epoch && !n.lagging {
+				waiting = append(waiting, id)
+			}
+		}
+		c.dmu.Unlock()
+		if len(waiting) == 0 {
+			return nil
+		}
+		select {
+		case <-acked:
+		case <-deadline.C:
+			for _, id := range waiting {
+				c.lag(id, fmt.Sprintf("did not acknowledge routing epoch %d within %v", epoch, c.PublishWait))
+			}
+			return nil
+		case <-c.po.Done():
+			return postoffice.ErrStopped
+		}
+	}
+}
+
+// Lagging lists the nodes that have not acknowledged a routing table in
+// time and are being sent the newest one in the background.
+func (c *Coordinator) Lagging() []int32 {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	var ids []int32
+	for id, n := range c.nodes {
+		if n.lagging {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// node returns id's record, starting its delivery goroutine the first
+// time. The caller holds dmu.
+func (c *Coordinator) node(id int32) *nodeRoutes {
+	n := c.nodes[id]
+	if n == nil {
+		n = &nodeRoutes{wake: make(chan struct{}, 1)}
+		c.nodes[id] = n
+		go c.deliver(id, n)
+	}
+	return n
+}
+
+// kick tells id's delivery goroutine that a newer table is waiting.
+func (c *Coordinator) kick(id int32) {
+	c.dmu.Lock()
+	n := c.node(id)
+	c.dmu.Unlock()
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ack records that id holds routing epoch epoch (or a newer one).
+func (c *Coordinator) ack(id int32, epoch uint64) {
+	c.dmu.Lock()
+	n := c.node(id)
+	if epoch > n.acked {
+		n.acked = epoch
+	}
+	caughtUp := n.lagging && n.acked >= c.po.Routing().Epoch()
+	if caughtUp {
+		n.lagging = false
+	}
+	close(c.acked)
+	c.acked = make(chan struct{})
+	c.dmu.Unlock()
+	if caughtUp {
+		c.log.Info("coord: node caught up with the routing table", "node", id, "epoch", epoch)
+	}
+}
+
+// lag marks id as lagging behind the routing table (why says how) and
+// logs it once per episode.
+func (c *Coordinator) lag(id int32, why string) {
+	c.dmu.Lock()
+	n := c.node(id)
+	first := !n.lagging
+	n.lagging = true
+	c.dmu.Unlock()
+	if first {
+		c.log.Warn("coord: node lags behind the routing table; moves go on without waiting for it and it is sent the newest table in the background",
+			"node", id, "why", why)
+	}
+}
+
+// retryPause is how long deliver waits before sending a table again after
+// a call that failed at once (not sent).
+const retryPause = 100 * time.Millisecond
+
+// deliver sends node id the newest routing table whenever it lacks it,
+// until the scheduler stops or the node leaves the job. A call it gets no
+// answer to (Timeout) is tried again with the table newest by then: tables
+// are whole, so a node that missed some needs only the last.
+func (c *Coordinator) deliver(id int32, n *nodeRoutes) {
+	for {
+		select {
+		case <-n.wake:
+		case <-c.po.Done():
+			return
+		}
+		for {
+			r := c.po.Routing().Current()
+			c.dmu.Lock()
+			done := n.acked >= r.Epoch
+			c.dmu.Unlock()
+			if done {
+				break
+			}
+			start := time.Now()
+			_, err := c.link.Call(id, kv.ElasticRoutes, r.Marshal(), c.Timeout)
+			if err == nil {
+				c.ack(id, r.Epoch)
+				continue
+			}
+			if errors.Is(err, postoffice.ErrStopped) || c.po.HasLeft(id) {
+				c.dmu.Lock()
+				delete(c.nodes, id)
+				c.dmu.Unlock()
+				return
+			}
+			c.lag(id, fmt.Sprintf("routing epoch %d not delivered: %v", r.Epoch, err))
+			if time.Since(start) < retryPause {
+				select {
+				case <-time.After(retryPause):
+				case <-c.po.Done():
+					return
+				}
+			}
+		}
+	}
 }
 
 func (c *Coordinator) isServer(id int32) bool {

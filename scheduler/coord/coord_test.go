@@ -20,6 +20,8 @@ import (
 )
 
 type elasticJob struct {
+	stuck   *postoffice.Postoffice // jobOpts.stuckWorker or stuckServer
+	unstick func()                 // stuckWorker
 	sched   *postoffice.Postoffice
 	coord   *Coordinator
 	servers []*postoffice.Postoffice
@@ -38,18 +40,40 @@ func logger() *slog.Logger {
 
 // startElasticJob runs a scheduler with a coordinator, servers with the
 // sum store and workers, all in elastic mode, over real ZeroMQ sockets.
-func startElasticJob(t *testing.T, ns, nw int) *elasticJob { return startJobWith(t, ns, nw, false) }
+func startElasticJob(t *testing.T, ns, nw int) *elasticJob { return startJobWith(t, ns, nw, jobOpts{}) }
 
-// startJobWith starts the job; with fallback the servers' handlers hide
-// DefaultHandler's Migrator, so keys move by the generic hand-over.
-func startJobWith(t *testing.T, ns, nw int, fallback bool) *elasticJob {
+// jobOpts vary startJobWith's job.
+type jobOpts struct {
+	// fallback: the servers' handlers hide DefaultHandler's Migrator, so
+	// keys move by the generic hand-over.
+	fallback bool
+	// stuckWorker adds a worker (not in workers/kvw; it pushes nothing)
+	// whose elastic link takes the scheduler's requests and answers none,
+	// as if its handler were blocked, until unstick: then the requests it
+	// holds are dropped and the real worker link takes over.
+	stuckWorker bool
+	// stuckServer adds a server (not in servers) whose elastic link
+	// answers that it can take keys (accept) and nothing else; no request
+	// handler, so give it no keys to serve.
+	stuckServer bool
+}
+
+// startJobWith starts the job described by opts.
+func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	t.Helper()
+	nodes, servers := nw, ns
+	if opts.stuckWorker {
+		nodes++
+	}
+	if opts.stuckServer {
+		servers++
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	newNode := func(role message.Role) *postoffice.Postoffice {
-		cfg := postoffice.Config{Role: role, NumServers: ns, NumWorkers: nw, SchedulerHost: "127.0.0.1",
+		cfg := postoffice.Config{Role: role, NumServers: servers, NumWorkers: nodes, SchedulerHost: "127.0.0.1",
 			SchedulerPort: port, NodeHost: "127.0.0.1", Logger: logger()}
 		po, err := postoffice.Open(cfg)
 		require.NoError(t, err)
@@ -65,7 +89,7 @@ func startJobWith(t *testing.T, ns, nw int, fallback bool) *elasticJob {
 		srv, err := kv.NewServer(po, 0)
 		require.NoError(t, err)
 		store := kv.NewDefaultHandler()
-		if fallback {
+		if opts.fallback {
 			srv.SetRequestHandler(opaque{store}.handle)
 			require.NoError(t, srv.EnableElastic(nil))
 		} else {
@@ -81,13 +105,54 @@ func startJobWith(t *testing.T, ns, nw int, fallback bool) *elasticJob {
 		require.NoError(t, kv.EnableElastic(po))
 		j.workers, j.kvw = append(j.workers, po), append(j.kvw, w)
 	}
+	all := append(append([]*postoffice.Postoffice{j.sched}, j.servers...), j.workers...)
+	if opts.stuckWorker {
+		j.stuck = newNode(message.RoleWorker)
+		release := make(chan struct{})
+		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { <-release; return false })
+		var once sync.Once
+		j.unstick = func() {
+			once.Do(func() {
+				close(release)
+				app.Close()
+				require.NoError(t, kv.EnableElastic(j.stuck))
+			})
+		}
+		t.Cleanup(func() { once.Do(func() { close(release); app.Close() }) })
+		all = append(all, j.stuck)
+	}
+	if opts.stuckServer {
+		j.stuck = newNode(message.RoleServer)
+		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { return d.Head == kv.ElasticAccept })
+		t.Cleanup(app.Close)
+		all = append(all, j.stuck)
+	}
+	if j.stuck != nil {
+		// calls to the stuck node time out soon; moves wait for the
+		// acknowledgement of others briefly
+		j.coord.Timeout, j.coord.PublishWait = 2*time.Second, 100*time.Millisecond
+	}
 	var wg sync.WaitGroup
-	for _, po := range append(append([]*postoffice.Postoffice{j.sched}, j.servers...), j.workers...) {
+	for _, po := range all {
 		wg.Add(1)
 		go func() { defer wg.Done(); require.NoError(t, po.StartWithBarrier(0)) }()
 	}
 	wg.Wait()
 	return j
+}
+
+// stuckLink stands in for po's elastic link: it answers a request with
+// success when answer says so (the link's wire form: a 0 byte, then the
+// body) and never answers the others.
+func stuckLink(t *testing.T, po *postoffice.Postoffice, answer func(kv.SimpleData) bool) *kv.SimpleApp {
+	app, err := kv.NewSimpleApp(po, kv.ElasticAppID, kv.ElasticAppID)
+	require.NoError(t, err)
+	app.SetRequestHandler(func(d kv.SimpleData, a *kv.SimpleApp) {
+		if answer(d) {
+			_ = a.Response(d, []byte{0}) // a failure shows as the caller's timeout
+		}
+	})
+	return app
 }
 
 // Many migrations while workers push: every acknowledged push is in the
@@ -378,7 +443,7 @@ func (o opaque) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) { o.h.H
 // Moves through the generic fallback keep every update too.
 func TestFallbackHandOver(t *testing.T) {
 	const rounds = 100
-	j := startJobWith(t, 2, 2, true)
+	j := startJobWith(t, 2, 2, jobOpts{fallback: true})
 	keys, vals := j.firstKeys(6)
 	wg, done := j.pushRounds(t, keys, vals, rounds, 0)
 	// every key has been pushed (and so held) before anything moves

@@ -1,0 +1,103 @@
+package coord
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/stretchr/testify/require"
+)
+
+// A worker whose elastic link answers nothing (its handler blocked, its
+// requests lost) must not hold moves up or fail them: the coordinator
+// times out on it, counts and logs it, goes on without it and keeps
+// sending it the newest routing table, which it takes once its link works
+// again. Meanwhile the other workers push through every move and the sums
+// stay exact.
+func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
+	const ns, nw, moves = 2, 2, 6
+	j := startJobWith(t, ns, nw, jobOpts{stuckWorker: true})
+	stuck := j.stuck.MyNode().ID
+	keys, vals := j.firstKeys(4)
+	wg, _ := j.pushRounds(t, keys, vals, 300, time.Millisecond)
+
+	// keys[0] goes back and forth between the two servers
+	s0, s1 := int32(message.ServerRankToID(0)), int32(message.ServerRankToID(1))
+	for i := range moves {
+		to := s1
+		if i%2 == 1 {
+			to = s0
+		}
+		_, err := j.coord.Move(keys[0], keys[0]+1, to)
+		require.NoError(t, err, "move %d", i)
+	}
+	require.Equal(t, []int32{stuck}, j.coord.Lagging())
+	epoch := j.sched.Routing().Epoch()
+	require.Equal(t, uint64(2*moves), epoch)
+	require.Less(t, j.stuck.Routing().Epoch(), epoch)
+
+	// The unanswered tables are counted against the stuck worker only.
+	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
+	require.Eventually(t, func() bool { return unanswered.With(strconv.Itoa(int(stuck)), "routes").Value() >= 1 },
+		30*time.Second, 10*time.Millisecond)
+	for _, po := range append(append(j.servers[:ns:ns], j.workers...), j.sched) {
+		id := strconv.Itoa(int(po.MyNode().ID))
+		for _, m := range []int32{kv.ElasticRoutes, kv.ElasticPrepare, kv.ElasticAccept, kv.ElasticImport, kv.ElasticAbort} {
+			require.Zero(t, unanswered.With(id, kv.ElasticMessageName(m)).Value(), "node %s, %s", id, kv.ElasticMessageName(m))
+		}
+	}
+
+	// Its link works again: the table it missed reaches it.
+	j.unstick()
+	require.Eventually(t, func() bool { return j.stuck.Routing().Epoch() == epoch && len(j.coord.Lagging()) == 0 },
+		30*time.Second, 10*time.Millisecond)
+	// and later moves reach it as they reach everyone
+	_, err := j.coord.Move(keys[0], keys[0]+1, s1)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return j.stuck.Routing().Epoch() == epoch+2 }, 30*time.Second, 10*time.Millisecond)
+
+	wg.Wait()
+	j.requireSums(t, keys, vals, 300*nw)
+	for i, h := range j.coord.History() {
+		require.NoError(t, h.Err, "move %d", i)
+	}
+	require.Len(t, j.coord.History(), moves+1)
+}
+
+// A move aborted after the old owner exported (here: the new owner takes
+// the keys, then answers nothing, so the table that would hand them over
+// never reaches it) gives the exported state back to the old owner before
+// the keys go back there; the sums stay exact. Before, the state was
+// dropped and the old owner served the keys from scratch.
+func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
+	const ns, nw, rounds = 2, 2, 200
+	j := startJobWith(t, ns, nw, jobOpts{stuckServer: true})
+	stuck := j.stuck.MyNode().ID
+	// keys of the real servers only: the stuck one serves nothing
+	ranges := j.workers[0].ServerKeyRanges()
+	var keys []uint64
+	var vals []float32
+	for rank, r := range ranges {
+		if int32(message.ServerRankToID(rank)) != stuck {
+			keys = append(keys, r.Begin, r.Begin+1)
+			vals = append(vals, float32(10*rank+1), float32(10*rank+2))
+		}
+	}
+	from, _ := owner(j.sched.Routing().Current(), keys[0], keys[0]+1)
+	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
+	require.Eventually(t, func() bool { return done.Load() >= 20 }, 30*time.Second, time.Millisecond)
+
+	_, err := j.coord.Move(keys[0], keys[0]+1, stuck)
+	require.ErrorIs(t, err, kv.ErrNoAnswer)
+	require.ErrorContains(t, err, fmt.Sprintf("routing epoch 1 not delivered to node %d", stuck))
+	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
+	require.Equal(t, 1.0, unanswered.With(strconv.Itoa(int(stuck)), "abort").Value())
+	require.GreaterOrEqual(t, unanswered.With(strconv.Itoa(int(stuck)), "routes").Value(), 1.0)
+	require.Equal(t, from, j.sched.Routing().Current().Intervals[j.sched.Routing().Current().Find(keys[0])].Node)
+
+	wg.Wait()
+	j.requireSums(t, keys, vals, rounds*nw)
+}
