@@ -172,7 +172,13 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 	if len(plan.Moves) > 0 {
 		tp.Plan = fmt.Sprintf("%s: %s", plan.Kind, plan.Reason)
 		tp.Moves = plan.Moves
+	moves:
 		for _, mv := range plan.Moves {
+			select {
+			case <-b.c.po.Done():
+				break moves // the job is ending: the rest of the plan would only fail
+			default:
+			}
 			r, ok := ranges[mv.Block]
 			if !ok {
 				continue
