@@ -39,6 +39,7 @@ type Customer struct {
 	appID      int32
 	customerID int32
 	handle     handler
+	releases   bool // handle Releases or Detaches every message (see ReleasesMessages)
 
 	qmu    sync.Mutex
 	queue  msgQueue
@@ -120,6 +121,11 @@ func (c *Customer) AppID() int { return int(c.appID) }
 // CustomerID is the customer's id within its app.
 func (c *Customer) CustomerID() int { return int(c.customerID) }
 
+// ReleasesMessages implements postoffice.ReleasingCustomer: true for the
+// Worker and the Server, whose handlers Release or Detach every message;
+// user handlers (NewCustomer) and SimpleApp get messages already detached.
+func (c *Customer) ReleasesMessages() bool { return c.releases }
+
 // Accept queues msg for the customer goroutine. It never blocks; it is
 // called by the postoffice's receive loop.
 func (c *Customer) Accept(msg *message.Message) { c.enqueue(msg, nil) }
@@ -143,8 +149,15 @@ func (c *Customer) Close() {
 		close(c.quit)
 		<-c.exited
 		c.qmu.Lock()
+		q := c.queue
 		c.queue = msgQueue{}
 		c.qmu.Unlock()
+		// Dropped unhandled: free the transport memory they view.
+		// Detach, not Release: local messages (elastic captures) are
+		// not the transport's buffers to recycle.
+		for _, it := range q.items {
+			c.po.Detach(it.m)
+		}
 	})
 }
 
@@ -164,6 +177,7 @@ func (c *Customer) run() {
 		}
 		select {
 		case <-c.quit:
+			c.po.Detach(it.m) // as in Close
 			return
 		default:
 		}

@@ -139,23 +139,23 @@ func (j *job) stop() {
 
 // startDefaultServers installs a DefaultHandler on every server for app 0.
 func (j *job) startDefaultServers() []*DefaultHandler {
-	j.t.Helper()
 	var hs []*DefaultHandler
-	for _, po := range j.servers {
-		srv, err := NewServer(po, 0)
-		if err != nil {
-			j.t.Fatal(err)
-		}
-		j.t.Cleanup(srv.Close)
+	j.startServersWith(func(s *Server) {
 		h := NewDefaultHandler()
-		srv.SetRequestHandler(h.Handle)
+		s.SetRequestHandler(h.Handle)
 		hs = append(hs, h)
-	}
+	})
 	return hs
 }
 
 // startServers installs handler h on every server for app 0.
 func (j *job) startServers(h ServerHandler) []*Server {
+	return j.startServersWith(func(s *Server) { s.SetRequestHandler(h) })
+}
+
+// startServersWith starts a server for app 0 on every server node and lets
+// setup configure it (handler, options).
+func (j *job) startServersWith(setup func(*Server)) []*Server {
 	j.t.Helper()
 	var out []*Server
 	for _, po := range j.servers {
@@ -164,7 +164,7 @@ func (j *job) startServers(h ServerHandler) []*Server {
 			j.t.Fatal(err)
 		}
 		j.t.Cleanup(srv.Close)
-		srv.SetRequestHandler(h)
+		setup(srv)
 		out = append(out, srv)
 	}
 	return out

@@ -105,7 +105,7 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 	}
 	s := &Server{po: po, simple: embeddedSimpleApp(po)}
 	c, err := newCustomer(po, appID, appID, s.process, func(c *Customer) {
-		s.c, s.simple.c = c, c
+		s.c, s.simple.c, c.releases = c, c, true
 		for _, o := range opts {
 			if o.ReleaseRequests {
 				s.ReleaseRequests(true)
@@ -257,12 +257,23 @@ func (s *Server) send(m *message.Message) error {
 
 // process handles one message in the customer goroutine.
 func (s *Server) process(m *message.Message, localErr error) bool {
+	// Read once: the handler's view of the request must match what is
+	// done with it afterwards. Views of transport memory only reach a
+	// handler that lets the request be released; elastic servers park,
+	// capture and redirect requests, so they get Go memory (before
+	// parseRequest, whose KVPairs alias the frames).
+	release := s.releaseRequests.Load()
+	e := s.elastic.Load()
+	if m.Meta.SimpleApp || !release || e != nil {
+		s.po.Detach(m)
+	}
 	if m.Meta.SimpleApp {
 		return s.simple.process(m, localErr)
 	}
 	if !m.Meta.Request {
 		n := s.dropped.Add(1)
 		s.po.Logger().Warn("kv: server dropped a KV response; servers only answer requests", "msg", m.Meta.String(), "dropped_total", n)
+		s.po.Release(m)
 		return false
 	}
 	meta := ReqMeta{
@@ -290,9 +301,12 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		if rerr := s.ResponseError(meta, err); rerr != nil {
 			s.po.Logger().Error("kv: cannot send the error response", "err", rerr)
 		}
+		if release && e == nil { // e == nil: no local (captured) requests
+			s.po.Release(m)
+		}
 		return true
 	}
-	if e := s.elastic.Load(); e != nil {
+	if e != nil {
 		if ch := e.takeCapture(m); ch != nil {
 			meta.capture = ch
 			(*s.handler.Load())(meta, data, s)
@@ -306,7 +320,6 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 	}
 	// Only network requests are released: local ones (the hand-over's
 	// captures, above) are not the transport's buffers.
-	release := s.releaseRequests.Load()
 	if release {
 		meta.state.msg, meta.state.po = m, s.po
 	}

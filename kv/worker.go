@@ -99,7 +99,7 @@ func NewWorker(po *postoffice.Postoffice, appID, customerID int) (*Worker, error
 		return nil, errors.New("kv: nil postoffice")
 	}
 	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), routing: po.Routing()}
-	c, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c = c, c })
+	c, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c, c.releases = c, c, true })
 	if err != nil {
 		return nil, err
 	}
@@ -640,6 +640,7 @@ func checkRequest(push bool, keys []uint64, vals []byte, lens []int32, es int) e
 // process handles one message in the customer goroutine.
 func (w *Worker) process(m *message.Message, localErr error) bool {
 	if m.Meta.SimpleApp {
+		w.po.Detach(m) // SimpleApp handlers may keep the message
 		return w.simple.process(m, localErr)
 	}
 	if m.Meta.Request {
@@ -655,6 +656,7 @@ func (w *Worker) process(m *message.Message, localErr error) bool {
 	}
 	if m.Meta.Ext.Redirect && localErr == nil {
 		if o.redirects < maxRedirects {
+			w.po.Detach(m) // rare; not proven to release
 			return w.redirect(o, ts, m)
 		}
 		// A table that keeps sending keys back and forth is a bug: fail
@@ -692,6 +694,7 @@ func (w *Worker) process(m *message.Message, localErr error) bool {
 func (w *Worker) drop(m *message.Message, why string) {
 	n := w.dropped.Add(1)
 	w.po.Logger().Warn("kv: worker dropped a message", "why", why, "msg", m.Meta.String(), "dropped_total", n)
+	w.po.Release(m) // nothing keeps a dropped message
 }
 
 func (o *op) fail(err error) {

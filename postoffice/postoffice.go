@@ -565,6 +565,24 @@ func (p *Postoffice) Release(m *message.Message) {
 	}
 }
 
+// Detach makes m safe to keep without Release: a transport that delivers
+// large frames as views of its own (C) memory (van/zmq) copies them into Go
+// memory and frees the originals. Every received message that goes to a
+// consumer not known to Release it must pass through here.
+func (p *Postoffice) Detach(m *message.Message) {
+	if d, ok := p.tr.(interface{ Detach(*message.Message) }); ok {
+		d.Detach(m)
+	}
+}
+
+// ReleasingCustomer is a Customer that promises to Release (or Detach)
+// every message it Accepts, and to read none of its data afterwards; only
+// such customers get messages whose frames are views of transport memory.
+type ReleasingCustomer interface {
+	Customer
+	ReleasesMessages() bool
+}
+
 // Ready is closed once the node is registered and connected.
 func (p *Postoffice) Ready() <-chan struct{} { return p.ready }
 
@@ -637,17 +655,23 @@ func (p *Postoffice) receiveLoop() {
 		p.stats.BytesRecv.Add(int64(messageBytes(m)))
 		if p.cfg.DropPercent > 0 && p.isReady() && rand.IntN(100) < p.cfg.DropPercent {
 			p.log.Warn("PS_DROP_MSG: dropping", "msg", m.Meta.String())
+			p.Release(m)
 			continue
 		}
 		if p.cfg.Verbose >= 2 {
 			p.log.Info("recv", "msg", m.Meta.String())
 		}
 		if p.resender != nil && p.resender.addIncoming(m) {
+			p.Release(m) // a duplicate or an ACK: nothing keeps it
 			continue
 		}
 		if m.Meta.Control.Cmd == message.CmdTerminate {
 			p.vlog(1, "received TERMINATE", "node", p.MyNode().String())
+			p.Release(m)
 			return
+		}
+		if m.Meta.Control.Cmd != message.CmdEmpty {
+			p.Detach(m) // control handling keeps no promise to Release
 		}
 		p.handle(m)
 	}
@@ -832,6 +856,7 @@ func (p *Postoffice) dispatch(m *message.Message) {
 	if m.Meta.AppID == message.Empty || m.Meta.Sender == message.Empty {
 		p.stats.Dropped.Add(1)
 		p.log.Error("dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
+		p.Release(m)
 		return
 	}
 	cid := m.Meta.AppID
@@ -843,12 +868,17 @@ func (p *Postoffice) dispatch(m *message.Message) {
 	c, ok := p.customers[k]
 	if !ok {
 		// Not blocking the receive loop: park it until the customer
-		// registers or CustomerWait passes.
+		// registers or CustomerWait passes. Parked messages may be
+		// dropped and their customer may not release: no views.
+		p.Detach(m)
 		p.parked[k] = append(p.parked[k], parked{msg: m, deadline: time.Now().Add(p.cfg.CustomerWait)})
 		p.mu.Unlock()
 		return
 	}
 	p.mu.Unlock()
+	if rc, ok := c.(ReleasingCustomer); !ok || !rc.ReleasesMessages() {
+		p.Detach(m)
+	}
 	c.Accept(m)
 }
 

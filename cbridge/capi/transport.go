@@ -39,3 +39,12 @@ func (t retryEINTR) Release(m *message.Message) {
 		r.Release(m)
 	}
 }
+
+// Detach forwards to the transport (see postoffice.Detach); hiding it would
+// leave messages for consumers that do not release holding transport memory
+// forever.
+func (t retryEINTR) Detach(m *message.Message) {
+	if d, ok := t.Transport.(interface{ Detach(*message.Message) }); ok {
+		d.Detach(m)
+	}
+}
