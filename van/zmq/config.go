@@ -27,14 +27,15 @@
 // pooled buffers that Transport.Release recycles, small ones into one
 // allocation per message.
 //
-// Why Recv copies: handing libzmq's own buffers to the caller (as ps-lite's
-// SArray does) would make every consumer responsible for freeing C memory —
-// a message that is dropped, parked or kept by a handler without an
-// explicit release would leak it, and a received frame echoed back through
-// a zero-copy Send would need reference counting across both directions.
-// Copying into pooled Go memory costs one memcpy (cheap next to the two
-// kernel copies of loopback TCP) and degrades to ordinary garbage collection
-// when a consumer does not call Release, so it is safe by default.
+// Frames of at least Config.ZeroCopyRecvMin bytes are the exception: they
+// are delivered as views of libzmq's own buffers (as ps-lite's SArray
+// does), which saves a memcpy that is a measurable share of a large round
+// trip. Such a view is C memory: the consumer must Release the message (or
+// Detach it, which copies the views into Go memory) — a dropped or kept
+// message would otherwise leak, and a view read after Release is a
+// use-after-free the race detector does not see. The postoffice and kv
+// therefore Detach every message whose consumer is not known to Release
+// it (see zerocopy.go).
 //
 // Building without cgo: the package still compiles, but New returns
 // ErrNoCgo, so that pure-Go builds of the rest of the tree keep working.
@@ -82,6 +83,15 @@ type Config struct {
 	// does (for callers that cannot keep buffers unchanged).
 	ZeroCopySendMin int
 
+	// ZeroCopyRecvMin is the size, in bytes, from which Recv delivers a
+	// data frame as a view of libzmq's buffer (C memory) instead of
+	// copying it out; the view stays valid until Transport.Release or
+	// Transport.Detach, and a message holding views must get one of them
+	// (see Transport.Recv). Below it, the copy costs less than keeping the
+	// zmq message open. 0 means DefaultZeroCopyRecvMin; negative copies
+	// every frame.
+	ZeroCopyRecvMin int
+
 	// Logger receives debug logs of binds and connects. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -91,6 +101,12 @@ type Config struct {
 // BenchmarkSendFrame on loopback: below about 1 KiB a memcpy is cheaper
 // than pinning the frame and taking its release record back.
 const DefaultZeroCopySendMin = 1 << 10
+
+// DefaultZeroCopyRecvMin is Config.ZeroCopyRecvMin's default: from about
+// there the copy out of libzmq is a measurable share of a round trip
+// (docs/performance.md), while smaller frames arrive inside libzmq's shared
+// decoder buffer, unaligned, and are copied anyway.
+const DefaultZeroCopyRecvMin = 256 << 10
 
 // ErrNoCgo is returned by New in builds without cgo, where libzmq cannot be
 // called.
@@ -114,6 +130,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.ZeroCopyRecvMin == 0 {
+		cfg.ZeroCopyRecvMin = DefaultZeroCopyRecvMin
 	}
 	if cfg.ZeroCopySendMin == 0 {
 		cfg.ZeroCopySendMin = DefaultZeroCopySendMin

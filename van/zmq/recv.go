@@ -71,9 +71,12 @@ type inMsg struct {
 // message.Empty) and Meta.Recver to this node's id as last given to
 // Connect. Meta.DataSize is the total length of the data frames.
 //
-// The data frames are copied out of libzmq's buffers into Go memory owned by
-// the caller: frames of at least directReadMin bytes into buffers from a
-// pool (see Release), the others into one allocation per message. Every
+// Data frames of at least Config.ZeroCopyRecvMin bytes are views of
+// libzmq's buffers (C memory), valid until Release or Detach, one of which
+// the caller must call for such a message. The others are copied out of
+// libzmq's buffers into Go memory owned by the caller: frames of at least
+// directReadMin bytes into buffers from a pool (see Release), the others
+// into one allocation per message. Every
 // non-empty frame starts at an 8-byte-aligned address, so it may be viewed
 // as a []uint64 or []float64 in place. Empty frames are non-nil empty
 // slices.
@@ -151,7 +154,11 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 	if err := message.CheckFrames(&msg.Meta, ndata); err != nil {
 		return nil, frameError(ident, sender, err)
 	}
-	msg.Data = copyFrames(im.data[:0], in, 2, n)
+	var views []keptFrame
+	msg.Data, views = copyFrames(im.data[:0], in, 2, n, t.cfg.ZeroCopyRecvMin)
+	if views != nil {
+		keepViews(msg, views)
+	}
 	msg.Meta.Sender = sender
 	msg.Meta.Recver = t.myID.Load()
 	// data_size is not on the wire (ps-lite's ZMQ van omits it); derive it
@@ -165,11 +172,13 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 // capacity, so that appending to it cannot touch anything shared.
 var emptyFrame = make([]byte, 0)
 
-// copyFrames appends Go copies of frames [from, to) of in to dst. Frames
-// of directReadMin bytes or more get a buffer from the pool each; the
-// others share one allocation in which each frame starts 8-byte aligned (Go
-// aligns allocations whose size is a multiple of 8 to 8 bytes).
-func copyFrames(dst [][]byte, in *inBuf, from, to int) [][]byte {
+// copyFrames appends frames [from, to) of in to dst: frames of at least
+// zcMin bytes (zcMin > 0) as views of libzmq's buffers, returned as kept
+// messages too; other frames of directReadMin bytes or more as a buffer
+// from the pool each; the rest in one shared allocation in which each frame
+// starts 8-byte aligned (Go aligns allocations whose size is a multiple of
+// 8 to 8 bytes).
+func copyFrames(dst [][]byte, in *inBuf, from, to, zcMin int) ([][]byte, []keptFrame) {
 	total := 0
 	for i := from; i < to; i++ {
 		if n := int(in.size[i]); n < directReadMin {
@@ -180,12 +189,31 @@ func copyFrames(dst [][]byte, in *inBuf, from, to int) [][]byte {
 	if total > 0 {
 		buf = make([]byte, total)
 	}
+	var views []keptFrame
 	off := 0
 	for i := from; i < to; i++ {
 		n := int(in.size[i])
 		if n == 0 {
 			dst = append(dst, emptyFrame)
 			continue
+		}
+		// libzmq's large frames are malloc'd with a header before the
+		// data; the alignment the transport promises is checked, not
+		// assumed.
+		if zcMin > 0 && n >= zcMin && uintptr(in.data[i])%8 == 0 {
+			if m := C.eps_in_keep(in.c, C.int(i)); m != nil && uintptr(in.data[i])%8 == 0 {
+				openViews.Add(1)
+				views = append(views, keptFrame{idx: len(dst), msg: m})
+				dst = append(dst, in.view(i))
+				continue
+			} else if m != nil {
+				// Moved but no longer aligned (not seen in practice): copy.
+				f := getBuf(n)
+				copy(f, in.view(i))
+				C.eps_kept_close(m)
+				dst = append(dst, f)
+				continue
+			}
 		}
 		if n >= directReadMin {
 			f := getBuf(n)
@@ -198,16 +226,22 @@ func copyFrames(dst [][]byte, in *inBuf, from, to int) [][]byte {
 		dst = append(dst, f)
 		off += (n + 7) &^ 7
 	}
-	return dst
+	return dst, views
 }
 
 // Release gives the pooled receive buffers of msg, which Recv returned,
-// back for reuse, and clears msg.Data. Nothing of msg.Data may be used
-// afterwards (including slices of it kept elsewhere). Calling Release is
-// optional: an unreleased message is garbage-collected as usual. A buffer
+// back for reuse, closes its zero-copy views, and clears msg.Data. Nothing
+// of msg.Data may be used afterwards (including slices of it kept
+// elsewhere). Calling Release is optional only for messages without views
+// (see Config.ZeroCopyRecvMin); a second Release does nothing. A buffer
 // that a zero-copy Send still references (a frame echoed back) is left to
 // the GC instead of being reused under libzmq's feet.
 func (t *Transport) Release(msg *message.Message) {
+	views := takeViews(msg)
+	for _, k := range views {
+		closeView(k, msg.Data[k.idx])
+		msg.Data[k.idx] = nil // not Go memory: never pooled
+	}
 	for _, d := range msg.Data {
 		if cap(d) >= directReadMin && !pinnedWithin(d[:cap(d)]) {
 			putBuf(d)

@@ -152,3 +152,24 @@ int eps_recv(void *sock, eps_in *in, int dontwait) {
 	in->nframes = n;
 	return 0;
 }
+
+zmq_msg_t *eps_in_keep(eps_in *in, int i) {
+	zmq_msg_t *m = malloc(sizeof(zmq_msg_t));
+	if (m == NULL) {
+		return NULL;
+	}
+	zmq_msg_init(m);
+	if (zmq_msg_move(m, &in->msgs[i]) != 0) {
+		zmq_msg_close(m);
+		free(m);
+		return NULL;
+	}
+	// The source is now an empty message, closed as usual with the rest.
+	in->data[i] = zmq_msg_data(m);
+	return m;
+}
+
+void eps_kept_close(zmq_msg_t *m) {
+	zmq_msg_close(m);
+	free(m);
+}

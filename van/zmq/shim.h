@@ -82,4 +82,14 @@ int eps_recv(void *sock, eps_in *in, int dontwait);
 // eps_in_release closes the frames held by in.
 void eps_in_release(eps_in *in);
 
+// eps_in_keep moves frame i of in into a zmq_msg_t of its own on the C heap
+// (a zmq_msg_t must not move while its data is referenced, and in->msgs is
+// reused by the next eps_recv), so that the frame outlives the next receive.
+// in->data[i] is updated to the kept message's data. It returns NULL when
+// out of memory (the frame then stays in in).
+zmq_msg_t *eps_in_keep(eps_in *in, int i);
+
+// eps_kept_close closes and frees a message eps_in_keep returned.
+void eps_kept_close(zmq_msg_t *m);
+
 #endif
