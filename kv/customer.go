@@ -34,14 +34,24 @@ type handler func(m *message.Message, localErr error) bool
 // The queue is ordered by Meta.Priority (higher first) and, unlike ps-lite,
 // is FIFO among equal priorities, so messages from one sender are handled in
 // the order they were sent unless priorities say otherwise.
+//
+// The Worker's and the Server's customers also handle a message on the
+// node's receive goroutine when nothing of theirs is queued or running
+// (postoffice.InlineCustomer), which saves a goroutine hand-over per
+// message. Either way the handler sees one message at a time, in queue
+// order.
 type Customer struct {
 	po         *postoffice.Postoffice
 	appID      int32
 	customerID int32
 	handle     handler
 	releases   bool // handle Releases or Detaches every message (see ReleasesMessages)
+	inline     bool // messages may be handled on the receive goroutine (AcceptInline)
 
 	qmu    sync.Mutex
+	idle   sync.Cond // on qmu: signalled when an inline handler returns
+	active bool      // a handler runs (this customer's goroutine or inline)
+	closed bool      // Close has emptied the queue: nothing more is handled
 	queue  msgQueue
 	wake   chan struct{} // capacity 1: "the queue may be non-empty"
 	quit   chan struct{} // closed by Close
@@ -101,6 +111,7 @@ func newCustomer(po *postoffice.Postoffice, appID, customerID int, h handler, bi
 		pending:    map[int32]*request{},
 		failed:     map[int32]error{},
 	}
+	c.idle.L = &c.qmu
 	for _, b := range bind {
 		b(c)
 	}
@@ -130,13 +141,53 @@ func (c *Customer) ReleasesMessages() bool { return c.releases }
 // called by the postoffice's receive loop.
 func (c *Customer) Accept(msg *message.Message) { c.enqueue(msg, nil) }
 
+// AcceptInline implements postoffice.InlineCustomer for the Worker and the
+// Server: when nothing of this customer is queued or being handled, msg is
+// handled at once on the calling (receive) goroutine; otherwise it is queued
+// behind the others, so that the order of handling does not change.
+func (c *Customer) AcceptInline(msg *message.Message) {
+	c.qmu.Lock()
+	if !c.inline || c.active || c.closed || len(c.queue.items) > 0 {
+		c.qmu.Unlock()
+		c.enqueue(msg, nil)
+		return
+	}
+	c.active = true
+	c.qmu.Unlock()
+	c.handleOne(msg, nil)
+	c.qmu.Lock()
+	c.active = false
+	more := len(c.queue.items) > 0
+	c.idle.Broadcast()
+	c.qmu.Unlock()
+	if more {
+		c.signal()
+	}
+}
+
 func (c *Customer) enqueue(m *message.Message, localErr error) {
 	c.qmu.Lock()
+	if c.closed {
+		c.qmu.Unlock()
+		c.po.Detach(m) // as Close does with what it finds queued
+		return
+	}
 	c.queue.push(m, localErr)
 	c.qmu.Unlock()
+	c.signal()
+}
+
+// signal tells the customer goroutine that the queue may be non-empty.
+func (c *Customer) signal() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+func (c *Customer) handleOne(m *message.Message, localErr error) {
+	if c.handle(m, localErr) && !m.Meta.Request {
+		c.AddResponse(m.Meta.Timestamp, 1)
 	}
 }
 
@@ -149,6 +200,10 @@ func (c *Customer) Close() {
 		close(c.quit)
 		<-c.exited
 		c.qmu.Lock()
+		for c.active { // an inline handler
+			c.idle.Wait()
+		}
+		c.closed = true
 		q := c.queue
 		c.queue = msgQueue{}
 		c.qmu.Unlock()
@@ -165,7 +220,12 @@ func (c *Customer) run() {
 	defer close(c.exited)
 	for {
 		c.qmu.Lock()
-		it, ok := c.queue.pop()
+		var it queued
+		ok := false
+		if !c.active { // else the inline handler signals when it is done
+			it, ok = c.queue.pop()
+			c.active = ok
+		}
 		c.qmu.Unlock()
 		if !ok {
 			select {
@@ -178,12 +238,16 @@ func (c *Customer) run() {
 		select {
 		case <-c.quit:
 			c.po.Detach(it.m) // as in Close
+			c.qmu.Lock()
+			c.active = false
+			c.qmu.Unlock()
 			return
 		default:
 		}
-		if c.handle(it.m, it.localErr) && !it.m.Meta.Request {
-			c.AddResponse(it.m.Meta.Timestamp, 1)
-		}
+		c.handleOne(it.m, it.localErr)
+		c.qmu.Lock()
+		c.active = false
+		c.qmu.Unlock()
 	}
 }
 

@@ -31,6 +31,8 @@ type jobOptions struct {
 	// is then configured with numWorkers*customersPerWorker workers, as
 	// ps-lite counts registrations.
 	customersPerWorker int
+	// inlineHandOver is postoffice.Config.InlineHandOver for every node.
+	inlineHandOver time.Duration
 }
 
 func freePort(t testing.TB) int {
@@ -62,6 +64,8 @@ func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
 		SchedulerPort: freePort(t),
 		NodeHost:      "127.0.0.1",
 		Logger:        testLogger(),
+
+		InlineHandOver: opt.inlineHandOver,
 	}
 	newNode := func(role message.Role) *postoffice.Postoffice {
 		t.Helper()

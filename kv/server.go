@@ -42,9 +42,12 @@ type KVPairs struct {
 	Lens []int32
 }
 
-// ServerHandler handles one KV request. It runs in the server's customer
-// goroutine and must arrange for exactly one Response (or ResponseError)
-// for the request, now or later from any goroutine.
+// ServerHandler handles one KV request, one at a time: on the node's
+// receive goroutine when the server is idle, else in its customer goroutine
+// (see Customer). It must arrange for exactly one Response (or
+// ResponseError) for the request, now or later from any goroutine. It may
+// block; one that blocks longer than postoffice.Config.InlineHandOver makes
+// the node go on receiving in a new goroutine.
 type ServerHandler func(meta ReqMeta, data KVPairs, srv *Server)
 
 // ErrAlreadyResponded is returned by a second Response for one request.
@@ -105,7 +108,7 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 	}
 	s := &Server{po: po, simple: embeddedSimpleApp(po)}
 	c, err := newCustomer(po, appID, appID, s.process, func(c *Customer) {
-		s.c, s.simple.c, c.releases = c, c, true
+		s.c, s.simple.c, c.releases, c.inline = c, c, true, true
 		for _, o := range opts {
 			if o.ReleaseRequests {
 				s.ReleaseRequests(true)

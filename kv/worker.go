@@ -31,9 +31,13 @@ type Options struct {
 	DataType message.DataType
 	// Callback runs once the operation has completed — for pulls, after the
 	// values have been copied into the destination — and before Wait
-	// returns for it. It runs in the worker's customer goroutine (in the
-	// caller's when no server was involved, i.e. for empty keys), so it
-	// must not block on other operations of the same worker. It runs also
+	// returns for it. It runs where the worker handles responses: on the
+	// node's receive goroutine when the worker is idle, else in its
+	// customer goroutine (in the caller's when no server was involved,
+	// i.e. for empty keys), so it must not block on other operations of
+	// the same worker, and should not block at all (one that does for more
+	// than postoffice.Config.InlineHandOver moves receiving to a new
+	// goroutine). It runs also
 	// when the operation failed, after OnError, so that nothing waiting on
 	// it is stranded.
 	Callback func()
@@ -99,7 +103,7 @@ func NewWorker(po *postoffice.Postoffice, appID, customerID int) (*Worker, error
 		return nil, errors.New("kv: nil postoffice")
 	}
 	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), routing: po.Routing()}
-	c, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c, c.releases = c, c, true })
+	c, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c, c.releases, c.inline = c, c, true, true })
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +284,8 @@ func (d typedDst[T]) buffer(n int) ([]byte, error) {
 }
 
 // op is the state of one outstanding operation, kept in its tracker entry.
-// After issue it is touched only by the customer goroutine.
+// After issue it is touched only by the response handler, which handles
+// one message at a time (see Customer).
 type op struct {
 	tr      request // the tracker entry, embedded to save an allocation
 	push    bool

@@ -79,6 +79,12 @@ type Config struct {
 	// registered yet is parked before it is dropped with an error (5 s, as
 	// ps-lite's GetCustomer timeout).
 	CustomerWait time.Duration
+	// InlineHandOver is how long a customer's handler may run on the
+	// receive goroutine (see InlineCustomer) before the receive loop goes
+	// on in a new goroutine; 0 means DefaultInlineHandOver (2 ms), and a
+	// negative value turns inline handling off: every message then goes
+	// through its customer's queue and goroutine, as in ps-lite.
+	InlineHandOver time.Duration
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -317,6 +323,9 @@ func (c *Config) validate() error {
 	}
 	if c.CustomerWait <= 0 {
 		c.CustomerWait = 5 * time.Second
+	}
+	if c.InlineHandOver == 0 {
+		c.InlineHandOver = DefaultInlineHandOver
 	}
 	if c.VanType == "" {
 		c.VanType = "zmq"

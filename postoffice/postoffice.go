@@ -82,6 +82,7 @@ type Postoffice struct {
 	groups   map[int][]int32
 	routing  *RoutingTable
 	resender *resender
+	inline   *handOver // nil when Config.InlineHandOver < 0
 
 	// Stats counts what the node saw; read with Stats().
 	stats Stats
@@ -100,6 +101,10 @@ type Stats struct {
 	Malformed            atomic.Int64 // messages rejected by the transport
 	Dropped              atomic.Int64 // valid messages that had nowhere to go
 	Rejected             atomic.Int64 // control requests the scheduler refused
+	// HandOvers counts the times a customer's handler held the receive
+	// goroutine longer than Config.InlineHandOver, so that the receive
+	// loop went on in a new goroutine.
+	HandOvers atomic.Int64
 }
 
 // New creates a node from cfg over tr. Nothing happens on the network until
@@ -265,6 +270,13 @@ func (p *Postoffice) startOnce() error {
 		p.resender = newResender(p, p.cfg.ResendTimeout, 10)
 	}
 	p.started = true
+	if p.cfg.InlineHandOver > 0 {
+		p.inline = newHandOver(p.cfg.InlineHandOver, func() { go p.receiveLoop() }, func(held time.Duration) {
+			p.stats.HandOvers.Add(1)
+			p.vlog(1, "a customer's handler held the receive loop; receiving goes on in a new goroutine", "held_at_least", held, "hand_overs", p.stats.HandOvers.Load())
+		})
+		go p.inline.watch(p.stopped)
+	}
 	go p.receiveLoop()
 	go p.parkedLoop()
 	if p.sched != nil && (p.cfg.HeartbeatTimeout > 0 || p.cfg.GossipPort > 0) {
@@ -633,9 +645,16 @@ func (p *Postoffice) vlog(level int, msg string, args ...any) {
 
 func addrOf(n message.Node) string { return n.Hostname + ":" + strconv.Itoa(int(n.Port)) }
 
-// receiveLoop is the only reader of the transport.
+// receiveLoop is the only reader of the transport: one goroutine at a time
+// runs it, the one Start starts and then, each time a customer's handler
+// held it too long (see InlineCustomer), a new one.
 func (p *Postoffice) receiveLoop() {
-	defer close(p.loopDone)
+	movedOn := false
+	defer func() {
+		if !movedOn {
+			close(p.loopDone)
+		}
+	}()
 	for {
 		m, err := p.tr.Recv()
 		if err != nil {
@@ -670,9 +689,14 @@ func (p *Postoffice) receiveLoop() {
 			p.Release(m)
 			return
 		}
-		if m.Meta.Control.Cmd != message.CmdEmpty {
-			p.Detach(m) // control handling keeps no promise to Release
+		if m.Meta.Control.Cmd == message.CmdEmpty {
+			if !p.dispatch(m) {
+				movedOn = true // a newer goroutine receives now
+				return
+			}
+			continue
 		}
+		p.Detach(m) // control handling keeps no promise to Release
 		p.handle(m)
 	}
 }
@@ -696,8 +720,6 @@ func (p *Postoffice) isReady() bool {
 
 func (p *Postoffice) handle(m *message.Message) {
 	switch m.Meta.Control.Cmd {
-	case message.CmdEmpty:
-		p.dispatch(m)
 	case message.CmdAddNode:
 		if p.cfg.Role == message.RoleScheduler {
 			p.schedulerAddNode(m)
@@ -852,12 +874,14 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 
 // dispatch hands a data message to its customer. Workers route by
 // (app_id, customer_id); servers and the scheduler by (app_id, app_id).
-func (p *Postoffice) dispatch(m *message.Message) {
+// It is called by the receive loop only, and returns false when the receive
+// loop moved to another goroutine while a customer handled m on this one.
+func (p *Postoffice) dispatch(m *message.Message) bool {
 	if m.Meta.AppID == message.Empty || m.Meta.Sender == message.Empty {
 		p.stats.Dropped.Add(1)
 		p.log.Error("dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
 		p.Release(m)
-		return
+		return true
 	}
 	cid := m.Meta.AppID
 	if p.cfg.Role == message.RoleWorker {
@@ -873,13 +897,19 @@ func (p *Postoffice) dispatch(m *message.Message) {
 		p.Detach(m)
 		p.parked[k] = append(p.parked[k], parked{msg: m, deadline: time.Now().Add(p.cfg.CustomerWait)})
 		p.mu.Unlock()
-		return
+		return true
 	}
 	p.mu.Unlock()
 	if rc, ok := c.(ReleasingCustomer); !ok || !rc.ReleasesMessages() {
 		p.Detach(m)
 	}
+	if ic, ok := c.(InlineCustomer); ok && p.inline != nil {
+		s := p.inline.begin()
+		ic.AcceptInline(m)
+		return p.inline.end(s)
+	}
 	c.Accept(m)
+	return true
 }
 
 // parkedLoop drops parked messages whose customer never appeared.

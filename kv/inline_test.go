@@ -1,0 +1,143 @@
+package kv
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBlockedHandlerDoesNotStopReceiving: a server handler of app 0 blocks
+// until the same server node's app 1 receives a request. With inline
+// handling that handler runs on the receive goroutine, so app 1's request
+// can only be received because the receive loop moves to a new goroutine
+// (a hand-over); with inline handling off it runs on app 0's own goroutine,
+// as in ps-lite. Either way the job must finish, and app 0's requests must
+// be handled in the order they were sent, the later ones queued behind the
+// blocked one.
+func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		handOver  time.Duration
+		handOvers bool
+	}{
+		{"inline", 0, true},
+		{"queued", -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := startJob(t, 1, 1, jobOptions{inlineHandOver: tc.handOver})
+			release := make(chan struct{})
+			var once sync.Once
+			var mu sync.Mutex
+			var order []int32
+			srv0, err := NewServer(j.servers[0], 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv0.Close)
+			srv0.SetRequestHandler(func(meta ReqMeta, data KVPairs, srv *Server) {
+				if meta.Cmd == 1 {
+					<-release
+				}
+				mu.Lock()
+				order = append(order, meta.Cmd)
+				mu.Unlock()
+				if err := srv.Response(meta, KVPairs{}); err != nil {
+					t.Error(err)
+				}
+			})
+			srv1, err := NewServer(j.servers[0], 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(srv1.Close)
+			srv1.SetRequestHandler(func(meta ReqMeta, data KVPairs, srv *Server) {
+				once.Do(func() { close(release) })
+				if err := srv.Response(meta, KVPairs{}); err != nil {
+					t.Error(err)
+				}
+			})
+
+			w0 := j.newWorker(0, 0)
+			w1, err := NewWorker(j.workers[0], 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(w1.Close)
+			// Registered last, run first: a failed run must not leave
+			// the handler blocked, since closing its server waits for it.
+			t.Cleanup(func() { once.Do(func() { close(release) }) })
+
+			var ts []int32
+			for cmd := int32(1); cmd <= 5; cmd++ {
+				id, err := Push(w0, []uint64{7}, []float32{float32(cmd)}, nil, Options{Cmd: cmd})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ts = append(ts, id)
+			}
+			// Let app 0's requests reach the server before app 1's.
+			time.Sleep(20 * time.Millisecond)
+			id, err := Push(w1, []uint64{7}, []float32{1}, nil, Options{})
+			wait(t, w1, id, err)
+			for _, id := range ts {
+				wait(t, w0, id, nil)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []int32{1, 2, 3, 4, 5}; !slices.Equal(order, want) {
+				t.Errorf("app 0 handled commands %v, want %v", order, want)
+			}
+			got := j.servers[0].Stats().HandOvers.Load()
+			if tc.handOvers && got == 0 {
+				t.Error("no hand-over counted, yet app 1 was received while app 0's handler blocked")
+			}
+			if !tc.handOvers && got != 0 {
+				t.Errorf("%d hand-overs counted with inline handling off", got)
+			}
+		})
+	}
+}
+
+// TestInlineManyRounds: two workers keep up to four pushes in flight to two
+// servers, so that requests find their customer sometimes idle (handled on
+// the receive goroutine) and sometimes busy (queued); the sums are exact.
+func TestInlineManyRounds(t *testing.T) {
+	j := startJob(t, 2, 2, jobOptions{})
+	j.startDefaultServers()
+	keys := []uint64{1, 1 << 62}
+	const rounds = 300
+	var wg sync.WaitGroup
+	var ws []*Worker
+	for i := range j.workers {
+		w := j.newWorker(i, 0)
+		ws = append(ws, w)
+		wg.Go(func() {
+			var inFlight []int32
+			for range rounds {
+				ts, err := Push(w, keys, []float32{1, 2}, nil, Options{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				inFlight = append(inFlight, ts)
+				if len(inFlight) == 4 {
+					wait(t, w, inFlight[0], nil)
+					inFlight = inFlight[1:]
+				}
+			}
+			for _, ts := range inFlight {
+				wait(t, w, ts, nil)
+			}
+		})
+	}
+	wg.Wait()
+	w := ws[0]
+	var got []float32
+	ts, err := Pull(w, keys, &got, nil, Options{})
+	wait(t, w, ts, err)
+	n := float32(rounds * len(j.workers))
+	if want := []float32{n, 2 * n}; !slices.Equal(got, want) {
+		t.Errorf("pulled %v, want %v", got, want)
+	}
+}
