@@ -407,6 +407,7 @@ func (f fakeStats) ReceivedBytes() int64     { return f.base + 4 }
 func (f fakeStats) MalformedMessages() int64 { return f.base + 5 }
 func (f fakeStats) DroppedMessages() int64   { return f.base + 6 }
 func (f fakeStats) RejectedRequests() int64  { return f.base + 7 }
+func (f fakeStats) ReceiveHandOvers() int64  { return f.base + 8 }
 
 func TestNodeMetrics(t *testing.T) {
 	r := NewRegistry()
@@ -433,6 +434,7 @@ func TestNodeMetrics(t *testing.T) {
 		`elasticps_malformed_messages_total{role="worker"} 15`,
 		`elasticps_dropped_messages_total{role="worker"} 16`,
 		`elasticps_rejected_requests_total{role="worker"} 17`,
+		`elasticps_receive_handovers_total{role="worker"} 18`,
 	} {
 		assert.Contains(t, out, line+"\n")
 	}

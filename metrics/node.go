@@ -18,6 +18,9 @@ type StatsSource interface {
 	DroppedMessages() int64
 	// RejectedRequests counts control requests the scheduler refused.
 	RejectedRequests() int64
+	// ReceiveHandOvers counts the times a handler held the receive loop
+	// so long that receiving went on in a new goroutine.
+	ReceiveHandOvers() int64
 }
 
 // StatsFuncs adapts loose functions to StatsSource, so that atomics can be
@@ -33,6 +36,7 @@ type StatsFuncs struct {
 	Malformed            func() int64
 	Dropped              func() int64
 	Rejected             func() int64
+	HandOvers            func() int64
 }
 
 var _ StatsSource = StatsFuncs{}
@@ -65,6 +69,9 @@ func (s StatsFuncs) DroppedMessages() int64 { return call(s.Dropped) }
 // RejectedRequests implements StatsSource.
 func (s StatsFuncs) RejectedRequests() int64 { return call(s.Rejected) }
 
+// ReceiveHandOvers implements StatsSource.
+func (s StatsFuncs) ReceiveHandOvers() int64 { return call(s.HandOvers) }
+
 // Names of the node metrics registered by NodeMetrics; each has one label,
 // role.
 const (
@@ -75,6 +82,7 @@ const (
 	MetricMalformedMessages = "elasticps_malformed_messages_total"
 	MetricDroppedMessages   = "elasticps_dropped_messages_total"
 	MetricRejectedRequests  = "elasticps_rejected_requests_total"
+	MetricReceiveHandOvers  = "elasticps_receive_handovers_total"
 )
 
 // NodeMetrics registers the standard node counters, labelled
@@ -98,6 +106,7 @@ func NodeMetrics(r *Registry, role string, stats StatsSource) error {
 		r.CounterFunc(MetricMalformedMessages, "Messages the transport rejected as malformed; the node kept serving.", f(stats.MalformedMessages), roleLabel),
 		r.CounterFunc(MetricDroppedMessages, "Valid messages dropped because nothing was there to take them.", f(stats.DroppedMessages), roleLabel),
 		r.CounterFunc(MetricRejectedRequests, "Control requests the scheduler refused.", f(stats.RejectedRequests), roleLabel),
+		r.CounterFunc(MetricReceiveHandOvers, "Times a message handler ran on the receive goroutine so long that receiving went on in a new goroutine.", f(stats.ReceiveHandOvers), roleLabel),
 	)
 }
 

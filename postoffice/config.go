@@ -81,9 +81,10 @@ type Config struct {
 	CustomerWait time.Duration
 	// InlineHandOver is how long a customer's handler may run on the
 	// receive goroutine (see InlineCustomer) before the receive loop goes
-	// on in a new goroutine; 0 means DefaultInlineHandOver (2 ms), and a
-	// negative value turns inline handling off: every message then goes
-	// through its customer's queue and goroutine, as in ps-lite.
+	// on in a new goroutine (PS_INLINE_HANDOVER_US, microseconds); 0 means
+	// DefaultInlineHandOver (20 ms), and a negative value turns inline
+	// handling off: every message then goes through its customer's queue
+	// and goroutine, as in ps-lite.
 	InlineHandOver time.Duration
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -205,6 +206,11 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		return c, err
 	}
 	c.HeartbeatTimeout = time.Duration(hbt) * time.Second
+	inl, err := optionalInt(get, "PS_INLINE_HANDOVER_US", 0, -1, "microseconds >= 1 a handler may hold the receive loop, 0 for the default (20000), or -1 to run every handler on its customer's goroutine")
+	if err != nil {
+		return c, err
+	}
+	c.InlineHandOver = time.Duration(inl) * time.Microsecond
 	resend, err := optionalInt(get, "PS_RESEND", 0, 0, "0 or 1")
 	if err != nil {
 		return c, err

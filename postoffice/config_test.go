@@ -28,13 +28,15 @@ func TestConfigFromEnv(t *testing.T) {
 	env["PS_VERBOSE"] = "2"
 	env["DMLC_LOCAL"] = "1"
 	env["PORT"] = "7777"
+	env["PS_INLINE_HANDOVER_US"] = "500"
 	c, err := ConfigFromEnv(envOf(env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Role != message.RoleWorker || c.NumWorkers != 2 || c.NumServers != 1 || c.SchedulerPort != 9091 ||
 		c.HeartbeatInterval != 2*time.Second || c.HeartbeatTimeout != 5*time.Second || !c.Resend ||
-		c.ResendTimeout != time.Second || c.Verbose != 2 || !c.Local || c.Port != 7777 || c.NodeHost != "127.0.0.1" {
+		c.ResendTimeout != time.Second || c.Verbose != 2 || !c.Local || c.Port != 7777 || c.NodeHost != "127.0.0.1" ||
+		c.InlineHandOver != 500*time.Microsecond {
 		t.Fatalf("unexpected config %+v", c)
 	}
 }
@@ -53,6 +55,7 @@ func TestConfigFromEnvErrors(t *testing.T) {
 		{"missing port", "DMLC_PS_ROOT_PORT", "", "DMLC_PS_ROOT_PORT", "is not set"},
 		{"port range", "DMLC_PS_ROOT_PORT", "70000", "DMLC_PS_ROOT_PORT", "1-65535"},
 		{"bad heartbeat", "PS_HEARTBEAT_INTERVAL", "1s", "PS_HEARTBEAT_INTERVAL", "seconds"},
+		{"bad hand-over", "PS_INLINE_HANDOVER_US", "-2", "PS_INLINE_HANDOVER_US", "-1 to run every handler on its customer's goroutine"},
 		{"bad van", "DMLC_PS_VAN_TYPE", "carrier-pigeon", "DMLC_PS_VAN_TYPE", "zmq"},
 	}
 	for _, tc := range cases {

@@ -22,8 +22,20 @@ type InlineCustomer interface {
 	AcceptInline(msg *message.Message)
 }
 
-// DefaultInlineHandOver is Config.InlineHandOver's default.
-const DefaultInlineHandOver = 2 * time.Millisecond
+// DefaultInlineHandOver is Config.InlineHandOver's default. The watcher
+// ticks at this period while handlers run inline, and a tick is not free:
+// its timer sits on some P, often the receive goroutine's, and when it is
+// due while that goroutine waits in a cgo receive, sysmon takes the P away
+// and the goroutine, back from libzmq, must find another. At 2 ms that cost
+// a fifth of 4 MB push goodput; at 20 ms it is within the noise, and a
+// handler that blocks still holds up other customers for at most 40 ms.
+const DefaultInlineHandOver = 20 * time.Millisecond
+
+// inlineMaxBytes is the largest message (data bytes) handled inline. Small
+// messages gain from skipping the hand-over; a large one's handling
+// (copying values, freeing libzmq's buffer) is better overlapped with
+// receiving the next one, which the customer goroutine allows.
+var inlineMaxBytes = 64 << 10
 
 // handOver watches handlers running on the receive goroutine and moves the
 // receive loop to a new goroutine when one runs too long.

@@ -137,7 +137,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 	if err := metrics.NodeMetrics(p.reg, cfg.Role.String(), metrics.StatsFuncs{
 		MsgsSent: st.MsgsSent.Load, MsgsRecv: st.MsgsRecv.Load, BytesSent: st.BytesSent.Load,
 		BytesRecv: st.BytesRecv.Load, Malformed: st.Malformed.Load, Dropped: st.Dropped.Load,
-		Rejected: st.Rejected.Load}); err != nil {
+		Rejected: st.Rejected.Load, HandOvers: st.HandOvers.Load}); err != nil {
 		return nil, fmt.Errorf("postoffice: metrics: %w", err)
 	}
 	em, err := metrics.NewElasticMetrics(p.reg)
@@ -670,8 +670,9 @@ func (p *Postoffice) receiveLoop() {
 			p.log.Error("receive failed; the node stops receiving", "err", err)
 			return
 		}
+		size := messageBytes(m)
 		p.stats.MsgsRecv.Add(1)
-		p.stats.BytesRecv.Add(int64(messageBytes(m)))
+		p.stats.BytesRecv.Add(int64(size))
 		if p.cfg.DropPercent > 0 && p.isReady() && rand.IntN(100) < p.cfg.DropPercent {
 			p.log.Warn("PS_DROP_MSG: dropping", "msg", m.Meta.String())
 			p.Release(m)
@@ -690,7 +691,7 @@ func (p *Postoffice) receiveLoop() {
 			return
 		}
 		if m.Meta.Control.Cmd == message.CmdEmpty {
-			if !p.dispatch(m) {
+			if !p.dispatch(m, size) {
 				movedOn = true // a newer goroutine receives now
 				return
 			}
@@ -876,7 +877,7 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 // (app_id, customer_id); servers and the scheduler by (app_id, app_id).
 // It is called by the receive loop only, and returns false when the receive
 // loop moved to another goroutine while a customer handled m on this one.
-func (p *Postoffice) dispatch(m *message.Message) bool {
+func (p *Postoffice) dispatch(m *message.Message, size int) bool {
 	if m.Meta.AppID == message.Empty || m.Meta.Sender == message.Empty {
 		p.stats.Dropped.Add(1)
 		p.log.Error("dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
@@ -903,7 +904,7 @@ func (p *Postoffice) dispatch(m *message.Message) bool {
 	if rc, ok := c.(ReleasingCustomer); !ok || !rc.ReleasesMessages() {
 		p.Detach(m)
 	}
-	if ic, ok := c.(InlineCustomer); ok && p.inline != nil {
+	if ic, ok := c.(InlineCustomer); ok && p.inline != nil && size <= inlineMaxBytes {
 		s := p.inline.begin()
 		ic.AcceptInline(m)
 		return p.inline.end(s)
