@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
@@ -141,10 +142,15 @@ func (c *Customer) ReleasesMessages() bool { return c.releases }
 // called by the postoffice's receive loop.
 func (c *Customer) Accept(msg *message.Message) { c.enqueue(msg, nil) }
 
+// inlineSlow is how long a handler may take on the receive goroutine before
+// its customer stops handling messages there.
+const inlineSlow = 500 * time.Microsecond
+
 // AcceptInline implements postoffice.InlineCustomer for the Worker and the
 // Server: when nothing of this customer is queued or being handled, msg is
 // handled at once on the calling (receive) goroutine; otherwise it is queued
-// behind the others, so that the order of handling does not change.
+// behind the others, so that the order of handling does not change. Once a
+// handler has taken longer than inlineSlow, the customer queues everything.
 func (c *Customer) AcceptInline(msg *message.Message) {
 	c.qmu.Lock()
 	if !c.inline || c.active || c.closed || len(c.queue.items) > 0 {
@@ -154,9 +160,17 @@ func (c *Customer) AcceptInline(msg *message.Message) {
 	}
 	c.active = true
 	c.qmu.Unlock()
+	start := time.Now()
 	c.handleOne(msg, nil)
+	slow := time.Since(start) > inlineSlow
 	c.qmu.Lock()
 	c.active = false
+	if slow {
+		// This handler does real work or waits: let it do so on
+		// the customer's goroutine from now on, as in ps-lite, rather
+		// than hold up everything else the node receives.
+		c.inline = false
+	}
 	more := len(c.queue.items) > 0
 	c.idle.Broadcast()
 	c.qmu.Unlock()

@@ -95,6 +95,13 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 			if !tc.handOvers && got != 0 {
 				t.Errorf("%d hand-overs counted with inline handling off", got)
 			}
+			// A handler that blocked is not run inline again.
+			srv0.c.qmu.Lock()
+			inline := srv0.c.inline
+			srv0.c.qmu.Unlock()
+			if inline {
+				t.Error("app 0's customer still handles inline after its handler blocked")
+			}
 		})
 	}
 }
