@@ -47,7 +47,8 @@ type Customer struct {
 	customerID int32
 	handle     handler
 	releases   bool // handle Releases or Detaches every message (see ReleasesMessages)
-	inline     bool // messages may be handled on the receive goroutine (AcceptInline)
+	inline     bool // messages may be handled on the receive goroutine (AcceptInline); guarded by qmu after start
+	slowRuns   int  // consecutive inline handlers slower than inlineSlow; guarded by qmu
 
 	qmu    sync.Mutex
 	idle   sync.Cond // on qmu: signalled when an inline handler returns
@@ -142,15 +143,19 @@ func (c *Customer) ReleasesMessages() bool { return c.releases }
 // called by the postoffice's receive loop.
 func (c *Customer) Accept(msg *message.Message) { c.enqueue(msg, nil) }
 
-// inlineSlow is how long a handler may take on the receive goroutine before
-// its customer stops handling messages there.
-const inlineSlow = 500 * time.Microsecond
+// A customer stops handling messages on the receive goroutine after
+// inlineSlowRuns handlers in a row took longer than inlineSlow there (more
+// than one: a quick handler may be descheduled once on a busy machine).
+const (
+	inlineSlow     = 500 * time.Microsecond
+	inlineSlowRuns = 3
+)
 
 // AcceptInline implements postoffice.InlineCustomer for the Worker and the
 // Server: when nothing of this customer is queued or being handled, msg is
 // handled at once on the calling (receive) goroutine; otherwise it is queued
-// behind the others, so that the order of handling does not change. Once a
-// handler has taken longer than inlineSlow, the customer queues everything.
+// behind the others, so that the order of handling does not change. After
+// inlineSlowRuns slow handlers in a row, the customer queues everything.
 func (c *Customer) AcceptInline(msg *message.Message) {
 	c.qmu.Lock()
 	if !c.inline || c.active || c.closed || len(c.queue.items) > 0 {
@@ -165,7 +170,9 @@ func (c *Customer) AcceptInline(msg *message.Message) {
 	slow := time.Since(start) > inlineSlow
 	c.qmu.Lock()
 	c.active = false
-	if slow {
+	if !slow {
+		c.slowRuns = 0
+	} else if c.slowRuns++; c.slowRuns >= inlineSlowRuns {
 		// This handler does real work or waits: let it do so on
 		// the customer's goroutine from now on, as in ps-lite, rather
 		// than hold up everything else the node receives.
