@@ -460,7 +460,8 @@ func (t *Transport) linkTo(id int32) (*link, error) {
 			continue
 		}
 		l, err := p.link, p.err
-		if err == nil && l.dead && !redialed {
+		dead := err == nil && l.dead // l.dead is guarded by t.mu
+		if dead && !redialed {
 			redialed = true
 			np := &peer{id: p.id, host: p.host, port: p.port, ident: p.ident,
 				ready: make(chan struct{}), stop: make(chan struct{}), dialTimeout: min(redialTimeout, t.cfg.ConnectTimeout)}
@@ -474,7 +475,7 @@ func (t *Transport) linkTo(id int32) (*link, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.dead {
+		if dead {
 			return nil, fmt.Errorf("van/rdma: connection to node %d at %s:%d: %w", id, p.host, p.port, errLinkClosed)
 		}
 		return l, nil
