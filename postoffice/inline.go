@@ -35,7 +35,7 @@ const DefaultInlineHandOver = 20 * time.Millisecond
 // messages gain from skipping the hand-over; a large one's handling
 // (copying values, freeing libzmq's buffer) is better overlapped with
 // receiving the next one, which the customer goroutine allows.
-var inlineMaxBytes = 64 << 10
+const inlineMaxBytes = 64 << 10
 
 // handOver watches handlers running on the receive goroutine and moves the
 // receive loop to a new goroutine when one runs too long.
