@@ -19,7 +19,6 @@ import (
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/rdma"
-	"github.com/elasticps/elasticps/van/zmq"
 )
 
 // ps-lite keeps one Postoffice per process, configured from the environment
@@ -184,23 +183,15 @@ var nodeSendMode atomic.Int32
 // newTransport is postoffice.NewTransport behind retryEINTR, recording its
 // sendMode.
 func newTransport(cfg postoffice.Config) (van.Transport, error) {
-	var tr van.Transport
-	var err error
 	switch cfg.VanType {
 	case "", "zmq":
 		nodeSendMode.Store(int32(readsLaterZMQ))
-		logger := cfg.Logger
-		if logger == nil {
-			logger = slog.Default()
-		}
-		tr, err = zmq.New(zmq.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll, Logger: logger})
 	case "tcp":
 		nodeSendMode.Store(int32(readsDuringSend))
-		tr, err = postoffice.NewTransport(cfg)
 	default:
 		nodeSendMode.Store(int32(readsLater))
-		tr, err = postoffice.NewTransport(cfg)
 	}
+	tr, err := postoffice.NewTransport(cfg)
 	if err != nil {
 		return nil, err
 	}
