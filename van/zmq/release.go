@@ -174,25 +174,15 @@ func AfterSent(fn func(), bufs ...[]byte) {
 	releases.mu.Lock()
 	drainReleasesLocked()
 	var w *afterSent
-	if releases.busy > 0 {
-		for _, b := range bufs {
-			if len(b) == 0 {
-				continue
+	for _, b := range bufs {
+		eachInFlightLocked(b, func(s *relSlot) bool {
+			if w == nil {
+				w = &afterSent{fn: fn}
 			}
-			lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-			hi := lo + uintptr(len(b))
-			for _, chunk := range releases.slots {
-				for i := range chunk {
-					if s := &chunk[i]; s.busy && s.ptr >= lo && s.ptr < hi {
-						if w == nil {
-							w = &afterSent{fn: fn}
-						}
-						w.frames++
-						s.waiters = append(s.waiters, w)
-					}
-				}
-			}
-		}
+			w.frames++
+			s.waiters = append(s.waiters, w)
+			return true
+		})
 	}
 	releases.mu.Unlock()
 	if w == nil {
@@ -207,22 +197,33 @@ func pinnedWithin(b []byte) bool {
 	if len(b) == 0 {
 		return false
 	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	hi := lo + uintptr(len(b))
 	releases.mu.Lock()
 	defer releases.mu.Unlock()
 	drainReleasesLocked()
-	if releases.busy == 0 {
+	found := false
+	eachInFlightLocked(b, func(*relSlot) bool {
+		found = true
 		return false
+	})
+	return found
+}
+
+// eachInFlightLocked calls fn for every record of a frame libzmq still
+// holds that starts inside b, until fn returns false. The caller holds
+// releases.mu.
+func eachInFlightLocked(b []byte, fn func(*relSlot) bool) {
+	if len(b) == 0 || releases.busy == 0 {
+		return
 	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	hi := lo + uintptr(len(b))
 	for _, chunk := range releases.slots {
 		for i := range chunk {
-			if s := &chunk[i]; s.busy && s.ptr >= lo && s.ptr < hi {
-				return true
+			if s := &chunk[i]; s.busy && s.ptr >= lo && s.ptr < hi && !fn(s) {
+				return
 			}
 		}
 	}
-	return false
 }
 
 // pinnedFrames reports how many zero-copy frames libzmq still holds (after
