@@ -266,11 +266,10 @@ func (e *serverElastic) abort(mv Move) (exported bool) {
 	kept := e.cuts[:0]
 	for _, c := range e.cuts {
 		if c.mv.Begin == mv.Begin && c.mv.End == mv.End {
-			if c.exported {
-				exported = true
-			} else {
-				continue
+			if !c.exported {
+				continue // dropped: the keys never left
 			}
+			exported = true
 		}
 		kept = append(kept, c)
 	}

@@ -37,9 +37,8 @@ type Options struct {
 	// i.e. for empty keys), so it must not block on other operations of
 	// the same worker, and should not block at all (one that does for more
 	// than postoffice.Config.InlineHandOver moves receiving to a new
-	// goroutine). It runs also
-	// when the operation failed, after OnError, so that nothing waiting on
-	// it is stranded.
+	// goroutine). It runs also when the operation failed, after OnError,
+	// so that nothing waiting on it is stranded.
 	Callback func()
 	// OnError, if set, receives the operation's error, in the same place
 	// and just before Callback.
