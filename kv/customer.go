@@ -72,6 +72,7 @@ type Customer struct {
 type request struct {
 	expected, got int
 	done          chan struct{} // made on the first Wait; closed on completion
+	notify        func(Outcome) // set by OnDone; called once on completion
 	err           error
 	state         any // owner's per-request state (the Worker's op)
 }
@@ -228,6 +229,7 @@ func (c *Customer) Close() {
 		q := c.queue
 		c.queue = msgQueue{}
 		c.qmu.Unlock()
+		c.notifyAll()
 		// Dropped unhandled: free the transport memory they view.
 		// Detach, not Release: local messages (elastic captures) are
 		// not the transport's buffers to recycle.
@@ -235,6 +237,19 @@ func (c *Customer) Close() {
 			c.po.Detach(it.m)
 		}
 	})
+}
+
+// notifyAll calls every notify still registered by OnDone: the requests
+// will not complete, and their waiters must go and see why.
+func (c *Customer) notifyAll() {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	for _, r := range c.pending {
+		if fn := r.notify; fn != nil {
+			r.notify = nil
+			fn(Abandoned)
+		}
+	}
 }
 
 func (c *Customer) run() {
@@ -375,6 +390,78 @@ func (c *Customer) AddResponse(ts int32, n int) {
 	if r.done != nil {
 		close(r.done)
 	}
+	if fn := r.notify; fn != nil {
+		r.notify = nil
+		fn(outcome(r.err))
+	}
+}
+
+// Outcome is how a request ended, as OnDone reports it.
+type Outcome int
+
+const (
+	// Succeeded: Wait returns nil.
+	Succeeded Outcome = iota
+	// Failed: Wait returns the request's error.
+	Failed
+	// Abandoned: the customer closed before the request completed; Wait
+	// returns ErrClosed.
+	Abandoned
+)
+
+func outcome(err error) Outcome {
+	if err != nil {
+		return Failed
+	}
+	return Succeeded
+}
+
+// OnDone arranges for notify to be called once, with the request's
+// Outcome, on the goroutine that completes request ts, right after the
+// request counts as done (a Wait then returns at once), or when the
+// customer closes. It reports false, and never calls notify, if ts is not
+// outstanding (completed, or never issued); Wait then tells which. notify
+// runs under the customer's request lock: it must not block or call back
+// into the customer. At most one notify per request; a second OnDone
+// replaces the first.
+//
+// With alone set, OnDone registers nothing (and reports false) unless ts
+// is the customer's only outstanding request. It also returns how many
+// requests are outstanding, ts included (0 when ts is not).
+//
+// OnDone is for callers that wait outside Go (the C++ bridge's Wait spins
+// in C); Go code calls Wait.
+func (c *Customer) OnDone(ts int32, notify func(Outcome), alone bool) (armed bool, outstanding int) {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	r, ok := c.pending[ts]
+	if !ok {
+		return false, 0
+	}
+	if alone && len(c.pending) > 1 {
+		return false, len(c.pending)
+	}
+	select {
+	case <-c.quit: // closing: notifyAll may have run already
+		return false, 0
+	default:
+	}
+	r.notify = notify
+	return true, len(c.pending)
+}
+
+// CancelOnDone withdraws the notify registered for ts by OnDone. It
+// reports false if there was none any more: the notify has been called
+// (and has returned).
+func (c *Customer) CancelOnDone(ts int32) bool {
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	r, ok := c.pending[ts]
+	if !ok || r.notify == nil {
+		return false
+	}
+	r.notify = nil
+	return true
 }
 
 // recordFailure keeps err for a later Wait(ts); c.tmu must be held.
