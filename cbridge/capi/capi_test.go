@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
@@ -146,5 +147,35 @@ func TestMigrationAfterClose(t *testing.T) {
 	}
 	if err := (&app{kind: kindWorker}).setMigration(true); err == nil || !strings.Contains(err.Error(), "only a KVServer") {
 		t.Fatalf("setMigration on a KVWorker: %v; want an error naming KVServer", err)
+	}
+}
+
+func TestWaitSpinFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		set   bool
+		want  time.Duration
+	}{
+		{"", false, defaultWaitSpin},
+		{"", true, defaultWaitSpin},
+		{"0", true, 0},
+		{"250", true, 250 * time.Microsecond},
+		{"1000000", true, time.Second},
+		{"-1", true, -1}, // wait in Go
+	} {
+		m := map[string]string{}
+		if tc.set {
+			m["PS_WAIT_SPIN_US"] = tc.value
+		}
+		got, err := waitSpinFromEnv(env(m))
+		if err != nil || got != tc.want {
+			t.Errorf("PS_WAIT_SPIN_US=%q (set %v): %v, %v; want %v", tc.value, tc.set, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"-2", "1000001", "ten", "1.5"} {
+		_, err := waitSpinFromEnv(env(map[string]string{"PS_WAIT_SPIN_US": bad}))
+		if err == nil || !strings.Contains(err.Error(), "PS_WAIT_SPIN_US=\""+bad+"\"") || !strings.Contains(err.Error(), "0 to 1000000") {
+			t.Errorf("PS_WAIT_SPIN_US=%q: error %v; want one naming the value and the range", bad, err)
+		}
 	}
 }

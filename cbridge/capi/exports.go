@@ -15,6 +15,7 @@ import "C"
 
 import (
 	"errors"
+	"math"
 	"runtime/cgo"
 	"time"
 	"unsafe"
@@ -263,9 +264,68 @@ func ps_app_close(handle C.uint64_t) {
 	h.Delete()
 }
 
-//export ps_app_wait
-func ps_app_wait(handle C.uint64_t, ts C.int) *C.char {
+// ps_app_wait is in wait.c: it waits in C or in Go (see there) with the
+// four calls below.
+
+// psgo_app_wait waits in Go and returns the outcome of request ts.
+//
+//export psgo_app_wait
+func psgo_app_wait(handle C.uint64_t, ts C.int) *C.char {
 	return cerr(lookup(handle).wait(int32(ts)))
+}
+
+// psgo_app_wait_begin registers w, a waiter word in C memory, to be set
+// (psb_waiter_wake) when request ts completes, and returns how many
+// requests of the app are outstanding. It returns 0 when ts is not
+// outstanding, or when alone is set and other requests are: it then waits
+// for ts in Go and stores the outcome in *errOut.
+//
+//export psgo_app_wait_begin
+func psgo_app_wait_begin(handle C.uint64_t, ts C.int, w unsafe.Pointer, alone C.int, errOut **C.char) C.int {
+	a := lookup(handle)
+	if armed, n := a.cust.OnDone(int32(ts), waiterWake(w), alone != 0); armed {
+		return C.int(min(n, math.MaxInt32))
+	}
+	*errOut = cerr(a.wait(int32(ts)))
+	return 0
+}
+
+// psgo_app_wait_disarm withdraws the waiter word of ts; 0: it is being set
+// (or the app is closed, which sets it).
+//
+//export psgo_app_wait_disarm
+func psgo_app_wait_disarm(handle C.uint64_t, ts C.int) C.int {
+	a := lookupOpen(handle)
+	return cbool(a != nil && a.cust.CancelOnDone(int32(ts)))
+}
+
+// psgo_app_wait_gone reports whether the app's node has stopped, after
+// which no request completes, or the app was closed meanwhile.
+//
+//export psgo_app_wait_gone
+func psgo_app_wait_gone(handle C.uint64_t) C.int {
+	a := lookupOpen(handle)
+	if a == nil {
+		return 1
+	}
+	select {
+	case <-a.po.Done():
+		return 1
+	default:
+		return 0
+	}
+}
+
+// lookupOpen is lookup for a waiting thread, which may hold the handle of
+// an app another thread closes (ps_app_close deletes the handle after
+// waking it): nil then, instead of a panic.
+func lookupOpen(h C.uint64_t) (a *app) {
+	defer func() {
+		if recover() != nil {
+			a = nil
+		}
+	}()
+	return lookup(h)
 }
 
 //export ps_app_new_request

@@ -2,6 +2,7 @@ package main
 
 /*
 #include <stdlib.h>
+#include "shims.h"
 */
 import "C"
 
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
@@ -142,6 +144,15 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 	if err != nil {
 		return nil, err
 	}
+	spin, err := waitSpinFromEnv(env)
+	if err != nil {
+		return nil, err
+	}
+	C.psb_wait_spin_ns = C.int64_t(spin)
+	// A Wait that does not spin, or spins in vain, sleeps in C over the
+	// TCP van and in Go otherwise, whichever measured faster (docs/
+	// performance.md).
+	C.psb_wait_sleep_in_c = C.int(cbool(cfg.VanType == "tcp"))
 	tr, err := newTransport(cfg)
 	if err != nil {
 		return nil, err
@@ -153,6 +164,26 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 	}
 	node.po = po
 	return po, nil
+}
+
+// defaultWaitSpin is how long a C++ Wait spins before it sleeps
+// (PS_WAIT_SPIN_US), see wait.c.
+const defaultWaitSpin = 100 * time.Microsecond
+
+// waitSpinFromEnv reads PS_WAIT_SPIN_US.
+func waitSpinFromEnv(env postoffice.Getenv) (time.Duration, error) {
+	v, ok := env("PS_WAIT_SPIN_US")
+	if !ok || v == "" {
+		return defaultWaitSpin, nil
+	}
+	us, err := strconv.Atoi(v)
+	if err != nil || us < -1 || us > 1000000 {
+		return 0, fmt.Errorf("elasticps: PS_WAIT_SPIN_US=%q: want the microseconds a Wait spins before it sleeps, 0 to 1000000 (0: sleep at once), or -1 to wait inside the library's Go runtime", v)
+	}
+	if us < 0 {
+		return -1, nil
+	}
+	return time.Duration(us) * time.Microsecond, nil
 }
 
 // sendMode says when the node's transport reads the data frames it sends,
