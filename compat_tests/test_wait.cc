@@ -1,9 +1,9 @@
 // Scenario "test_wait": every way KVWorker::Wait can end, with exact
-// checks. The bridge waits in C (a spin while the request is the app's only
-// one in flight, then a sleep; PS_WAIT_SPIN_US), so each path is taken on
-// purpose:
+// checks. The bridge's Wait spins in C while the request is the app's only
+// one in flight and recent waits were short (PS_WAIT_SPIN_US), and blocks
+// in the library otherwise, so each path is taken on purpose:
 //  A. one request at a time (the spin), 200 pushes then a pull, exact sum;
-//  B. 16 requests in flight waited for newest first (the sleep), exact sum;
+//  B. 16 requests in flight waited for newest first (no spin), exact sum;
 //  C. a request that fails (a pull into a destination too small for the
 //     reply): Wait returns, the callback ran once, the destination is
 //     unchanged;

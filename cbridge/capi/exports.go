@@ -15,7 +15,6 @@ import "C"
 
 import (
 	"errors"
-	"math"
 	"runtime/cgo"
 	"time"
 	"unsafe"
@@ -264,8 +263,8 @@ func ps_app_close(handle C.uint64_t) {
 	h.Delete()
 }
 
-// ps_app_wait is in wait.c: it waits in C or in Go (see there) with the
-// four calls below.
+// ps_app_wait is in wait.c: it spins in C or waits in Go (see there) with
+// the three calls below.
 
 // psgo_app_wait waits in Go and returns the outcome of request ts.
 //
@@ -275,22 +274,21 @@ func psgo_app_wait(handle C.uint64_t, ts C.int) *C.char {
 }
 
 // psgo_app_wait_begin registers w, a waiter word in C memory, to be set
-// (psb_waiter_wake) when request ts completes, and returns how many
-// requests of the app are outstanding. It returns 0 when ts is not
-// outstanding, or when alone is set and other requests are: it then waits
-// for ts in Go and stores the outcome in *errOut.
+// (psb_waiter_wake) when request ts completes, if ts is the app's only
+// outstanding request, and returns 1. Otherwise it waits for ts in Go,
+// stores the outcome in *errOut and returns 0.
 //
 //export psgo_app_wait_begin
-func psgo_app_wait_begin(handle C.uint64_t, ts C.int, w unsafe.Pointer, alone C.int, errOut **C.char) C.int {
+func psgo_app_wait_begin(handle C.uint64_t, ts C.int, w unsafe.Pointer, errOut **C.char) C.int {
 	a := lookup(handle)
-	if armed, n := a.cust.OnDone(int32(ts), waiterWake(w), alone != 0); armed {
-		return C.int(min(n, math.MaxInt32))
+	if armed, _ := a.cust.OnDone(int32(ts), waiterWake(w), true); armed {
+		return 1
 	}
 	*errOut = cerr(a.wait(int32(ts)))
 	return 0
 }
 
-// psgo_app_wait_disarm withdraws the waiter word of ts; 0: it is being set
+// psgo_app_wait_disarm withdraws the waiter word of ts; 0: it has been set
 // (or the app is closed, which sets it).
 //
 //export psgo_app_wait_disarm
@@ -299,26 +297,9 @@ func psgo_app_wait_disarm(handle C.uint64_t, ts C.int) C.int {
 	return cbool(a != nil && a.cust.CancelOnDone(int32(ts)))
 }
 
-// psgo_app_wait_gone reports whether the app's node has stopped, after
-// which no request completes, or the app was closed meanwhile.
-//
-//export psgo_app_wait_gone
-func psgo_app_wait_gone(handle C.uint64_t) C.int {
-	a := lookupOpen(handle)
-	if a == nil {
-		return 1
-	}
-	select {
-	case <-a.po.Done():
-		return 1
-	default:
-		return 0
-	}
-}
-
-// lookupOpen is lookup for a waiting thread, which may hold the handle of
+// lookupOpen is lookup for a spinning thread, which may hold the handle of
 // an app another thread closes (ps_app_close deletes the handle after
-// waking it): nil then, instead of a panic.
+// setting its waiter word): nil then, instead of a panic.
 func lookupOpen(h C.uint64_t) (a *app) {
 	defer func() {
 		if recover() != nil {

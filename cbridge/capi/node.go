@@ -149,10 +149,6 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 		return nil, err
 	}
 	C.psb_wait_spin_ns = C.int64_t(spin)
-	// A Wait that does not spin, or spins in vain, sleeps in C over the
-	// TCP van and in Go otherwise, whichever measured faster (docs/
-	// performance.md).
-	C.psb_wait_sleep_in_c = C.int(cbool(cfg.VanType == "tcp"))
 	tr, err := newTransport(cfg)
 	if err != nil {
 		return nil, err
@@ -166,7 +162,7 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 	return po, nil
 }
 
-// defaultWaitSpin is how long a C++ Wait spins before it sleeps
+// defaultWaitSpin is how long a C++ Wait may spin before it waits in Go
 // (PS_WAIT_SPIN_US), see wait.c.
 const defaultWaitSpin = 100 * time.Microsecond
 
@@ -177,11 +173,8 @@ func waitSpinFromEnv(env postoffice.Getenv) (time.Duration, error) {
 		return defaultWaitSpin, nil
 	}
 	us, err := strconv.Atoi(v)
-	if err != nil || us < -1 || us > 1000000 {
-		return 0, fmt.Errorf("elasticps: PS_WAIT_SPIN_US=%q: want the microseconds a Wait spins before it sleeps, 0 to 1000000 (0: sleep at once), or -1 to wait inside the library's Go runtime", v)
-	}
-	if us < 0 {
-		return -1, nil
+	if err != nil || us < 0 || us > 1000000 {
+		return 0, fmt.Errorf("elasticps: PS_WAIT_SPIN_US=%q: want the microseconds a Wait may spin before it blocks, 0 to 1000000 (0: never spin)", v)
 	}
 	return time.Duration(us) * time.Microsecond, nil
 }

@@ -23,19 +23,17 @@ char *psb_on_kv_export(void *server, uint64_t begin, uint64_t end,
 char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len);
 void psb_free_kept(ps_kept_free free_kept, void *kept);
 
-/* wait.c. A waiter word of ps_app_wait: WAITING, then SLEEPING while its
- * thread sleeps on it, then how the request ended: DONE (no error), FAILED
- * (Wait asks Go for the error) or CLOSED (the app was closed meanwhile). */
+/* wait.c. A waiter word of ps_app_wait: WAITING, then how the request
+ * ended: DONE (no error), FAILED (Wait asks Go for the error) or CLOSED
+ * (the app was closed meanwhile). */
 enum {
   PSB_WAIT_WAITING = 0,
-  PSB_WAIT_SLEEPING = 1,
   PSB_WAIT_DONE = 2,
   PSB_WAIT_FAILED = 3,
   PSB_WAIT_CLOSED = 4
 };
-/* Sets the waiter word to outcome and wakes its thread if it sleeps. */
+/* Sets the waiter word to outcome. */
 void psb_waiter_wake(void *waiter, uint32_t outcome);
 extern int64_t psb_wait_spin_ns;
-extern int psb_wait_sleep_in_c;
 
 #endif

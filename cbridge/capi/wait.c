@@ -1,5 +1,5 @@
 /*
- * Customer::WaitRequest: spin in C, then sleep in C or in Go.
+ * Customer::WaitRequest: a short spin in C, then a wait in Go.
  *
  * A C++ thread that waits in Go parks a goroutine locked to its thread;
  * waking it takes the Go scheduler's hand-over of a P to that thread and
@@ -10,10 +10,10 @@
  * a waiter word with the request (psgo_app_wait_begin) and spins on it,
  * yielding the CPU between checks; the goroutine that completes the
  * request writes the outcome into the word (psb_waiter_wake). A spin that
- * runs out, or a wait that does not spin, sleeps: on the word in the
- * kernel (a futex; psb_wait_sleep_in_c, the TCP van) or in Go (the other
- * vans), whichever measured faster. Only a failed request costs one more
- * call into Go, for the error. PS_WAIT_SPIN_US=-1 always waits in Go.
+ * runs out, and a wait that does not spin, wait in Go. (Sleeping on the
+ * word in the kernel instead measured slower: a third of the goodput for
+ * 4 MB pushes over the TCP van; docs/performance.md.) Only a failed
+ * request costs one more call into Go, for the error.
  */
 #include <sched.h>
 #include <stdint.h>
@@ -21,40 +21,25 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef __linux__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 #include "shims.h"
 #include "_cgo_export.h"
 
 enum {
   WAITING = PSB_WAIT_WAITING,
-  SLEEPING = PSB_WAIT_SLEEPING,
   DONE = PSB_WAIT_DONE,
   FAILED = PSB_WAIT_FAILED,
   CLOSED = PSB_WAIT_CLOSED
 };
 
-/* How long a Wait spins before it sleeps, and whether it sleeps here (or
- * in Go); set by the node (Go). */
+/* How long a Wait may spin; set by the node (Go). */
 int64_t psb_wait_spin_ns = 0;
-int psb_wait_sleep_in_c = 0;
 
-/* The waiter word lives in thread-local storage, not on the stack: a wake
- * may touch it (the futex call) after the waiter has seen the outcome and
- * returned. A thread waits on one request at a time. */
+/* The waiter word of this thread (one wait at a time). */
 static __thread uint32_t waiter;
 
 /* The mean duration of this thread's recent waits for a request that was
  * its app's only one in flight. */
 static __thread int64_t avg_wait_ns;
-
-/* How long one sleep lasts before the waiter checks that the node still
- * runs (a stopped node completes nothing). */
-#define SLEEP_NS 20000000L
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -70,24 +55,8 @@ static void cpu_relax(void) {
 #endif
 }
 
-static void sleep_on(uint32_t *w) {
-#ifdef __linux__
-  struct timespec t = {0, SLEEP_NS};
-  syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, SLEEPING, &t, NULL, 0);
-#else
-  struct timespec t = {0, 50000};
-  (void)w;
-  nanosleep(&t, NULL);
-#endif
-}
-
 void psb_waiter_wake(void *p, uint32_t outcome) {
-  uint32_t *w = p;
-  if (__atomic_exchange_n(w, outcome, __ATOMIC_RELEASE) == SLEEPING) {
-#ifdef __linux__
-    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-#endif
-  }
+  __atomic_store_n((uint32_t *)p, outcome, __ATOMIC_RELEASE);
 }
 
 static int done(uint32_t *w) {
@@ -124,29 +93,6 @@ static char *closed_error(void) {
   return p;
 }
 
-/* sleep_until_done sleeps on w until it holds an outcome, or until the
- * node stops (then w is withdrawn and may still say SLEEPING). */
-static void sleep_until_done(uint64_t handle, int timestamp, uint32_t *w) {
-  for (;;) {
-    uint32_t expect = WAITING;
-    if (!__atomic_compare_exchange_n(w, &expect, SLEEPING, 0, __ATOMIC_ACQ_REL,
-                                     __ATOMIC_ACQUIRE) &&
-        expect >= DONE) {
-      return;
-    }
-    sleep_on(w);
-    if (done(w)) {
-      return;
-    }
-    if (psgo_app_wait_gone(handle)) {
-      /* Nothing will complete the request: withdraw the waiter word
-       * before leaving (if that fails, the outcome has been written). */
-      psgo_app_wait_disarm(handle, timestamp);
-      return;
-    }
-  }
-}
-
 /* record adds a wait of d ns to this thread's moving average, over about
  * its last 8 waits, each counted as at most 4 spins' worth (so that one
  * long wait does not stop spinning for long). */
@@ -159,49 +105,35 @@ static void record(int64_t d, int64_t budget) {
 
 char *ps_app_wait(uint64_t handle, int timestamp) {
   int64_t budget = __atomic_load_n(&psb_wait_spin_ns, __ATOMIC_RELAXED);
-  int sleep_in_c = __atomic_load_n(&psb_wait_sleep_in_c, __ATOMIC_RELAXED);
-  /* Spin only while this thread's waits have been short enough to end
-   * within the spin: a spin that runs out is CPU taken from the rest. */
-  int want_spin = budget > 0 && avg_wait_ns < budget;
+  if (budget <= 0) {
+    return psgo_app_wait(handle, timestamp);
+  }
   int64_t start = now_ns();
   char *err = NULL;
-  if (budget < 0) {
-    return psgo_app_wait(handle, timestamp); /* PS_WAIT_SPIN_US=-1 */
-  }
-  if (!want_spin && !sleep_in_c) {
+  /* Spin only while this thread's waits have been short enough to end
+   * within the spin: a spin that runs out is CPU taken from the rest. */
+  if (avg_wait_ns >= budget) {
     err = psgo_app_wait(handle, timestamp);
-    if (budget > 0) {
-      record(now_ns() - start, budget);
-    }
+    record(now_ns() - start, budget);
     return err;
   }
   uint32_t *w = &waiter;
   __atomic_store_n(w, WAITING, __ATOMIC_RELAXED);
   /* Spin only for the app's one request in flight: with more, the replies
-   * to the others need the CPU this thread would spin on. Where the sleep
-   * is Go's, a request not alone is waited for right there. */
-  int outstanding = psgo_app_wait_begin(handle, timestamp, w, !sleep_in_c, &err);
-  if (outstanding == 0) {
-    /* Not outstanding (completed, or never issued), or waited for in Go. */
-    if (budget > 0) {
-      record(now_ns() - start, budget);
-    }
+   * to the others need the CPU this thread would spin on. Any other is
+   * waited for in Go right away. */
+  if (!psgo_app_wait_begin(handle, timestamp, w, &err)) {
+    record(now_ns() - start, budget);
     return err;
   }
-  if (!(outstanding == 1 && want_spin && spin(w, start + budget))) {
-    if (sleep_in_c) {
-      sleep_until_done(handle, timestamp, w);
-    } else if (psgo_app_wait_disarm(handle, timestamp)) {
-      err = psgo_app_wait(handle, timestamp);
-      record(now_ns() - start, budget);
-      return err;
-    }
-    /* else the outcome has been written (notify runs under the request
-     * lock that disarm takes). */
-  }
-  if (budget > 0) {
+  if (!spin(w, start + budget) && psgo_app_wait_disarm(handle, timestamp)) {
+    err = psgo_app_wait(handle, timestamp);
     record(now_ns() - start, budget);
+    return err;
   }
+  /* The outcome is in w (disarm fails only once it is: the notice runs
+   * under the request lock that disarm takes). */
+  record(now_ns() - start, budget);
   switch (__atomic_load_n(w, __ATOMIC_ACQUIRE)) {
     case DONE:
       return NULL;
@@ -209,6 +141,5 @@ char *ps_app_wait(uint64_t handle, int timestamp) {
       /* The handle may be gone already: do not call into Go with it. */
       return closed_error();
   }
-  /* Failed, or the node stopped: Go tells how. */
-  return psgo_app_wait(handle, timestamp);
+  return psgo_app_wait(handle, timestamp); /* failed: Go has the error */
 }
