@@ -164,7 +164,7 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 
 // defaultWaitSpin is how long a C++ Wait may spin before it waits in Go
 // (PS_WAIT_SPIN_US), see wait.c.
-const defaultWaitSpin = 100 * time.Microsecond
+const defaultWaitSpin = 200 * time.Microsecond
 
 // waitSpinFromEnv reads PS_WAIT_SPIN_US.
 func waitSpinFromEnv(env postoffice.Getenv) (time.Duration, error) {

@@ -6,7 +6,7 @@
  * puts the thread that received the reply to sleep, two thread switches
  * per operation that a Go caller does not pay. So when the request is the
  * app's only one in flight and this thread's recent waits ended within
- * psb_wait_spin_ns (PS_WAIT_SPIN_US, default 100 us), the thread registers
+ * psb_wait_spin_ns (PS_WAIT_SPIN_US, default 200 us), the thread registers
  * a waiter word with the request (psgo_app_wait_begin) and spins on it,
  * yielding the CPU between checks; the goroutine that completes the
  * request writes the outcome into the word (psb_waiter_wake). A spin that
