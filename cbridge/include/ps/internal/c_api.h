@@ -245,7 +245,9 @@ char *ps_app_new_customer(int app_id, int customer_id, void *customer,
  * reports every unfinished KVWorker operation as PS_DONE_CANCELLED. */
 void ps_app_close(uint64_t handle);
 /* Customer::WaitRequest: blocks until request ts has completed. Errors
- * already reported through on_kv_done are not repeated. */
+ * already reported through on_kv_done are not repeated. For the app's
+ * only request in flight it may first spin for up to PS_WAIT_SPIN_US
+ * microseconds (see README.md, "Threads and callbacks"). */
 char *ps_app_wait(uint64_t handle, int timestamp);
 /* Customer::NewRequest / NumResponse / AddResponse. NumResponse returns -1
  * for a request that has completed. */
