@@ -426,28 +426,24 @@ func outcome(err error) Outcome {
 // replaces the first.
 //
 // With alone set, OnDone registers nothing (and reports false) unless ts
-// is the customer's only outstanding request. It also returns how many
-// requests are outstanding, ts included (0 when ts is not).
+// is the customer's only outstanding request.
 //
 // OnDone is for callers that wait outside Go (the C++ bridge's Wait spins
 // in C); Go code calls Wait.
-func (c *Customer) OnDone(ts int32, notify func(Outcome), alone bool) (armed bool, outstanding int) {
+func (c *Customer) OnDone(ts int32, notify func(Outcome), alone bool) bool {
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
 	r, ok := c.pending[ts]
-	if !ok {
-		return false, 0
-	}
-	if alone && len(c.pending) > 1 {
-		return false, len(c.pending)
+	if !ok || (alone && len(c.pending) > 1) {
+		return false
 	}
 	select {
 	case <-c.quit: // closing: notifyAll may have run already
-		return false, 0
+		return false
 	default:
 	}
 	r.notify = notify
-	return true, len(c.pending)
+	return true
 }
 
 // CancelOnDone withdraws the notify registered for ts by OnDone. It

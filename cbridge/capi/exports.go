@@ -281,7 +281,7 @@ func psgo_app_wait(handle C.uint64_t, ts C.int) *C.char {
 //export psgo_app_wait_begin
 func psgo_app_wait_begin(handle C.uint64_t, ts C.int, w unsafe.Pointer, errOut **C.char) C.int {
 	a := lookup(handle)
-	if armed, _ := a.cust.OnDone(int32(ts), waiterWake(w), true); armed {
+	if a.cust.OnDone(int32(ts), waiterWake(w), true) {
 		return 1
 	}
 	*errOut = cerr(a.wait(int32(ts)))

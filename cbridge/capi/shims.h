@@ -28,9 +28,9 @@ void psb_free_kept(ps_kept_free free_kept, void *kept);
  * (the app was closed meanwhile). */
 enum {
   PSB_WAIT_WAITING = 0,
-  PSB_WAIT_DONE = 2,
-  PSB_WAIT_FAILED = 3,
-  PSB_WAIT_CLOSED = 4
+  PSB_WAIT_DONE = 1,
+  PSB_WAIT_FAILED = 2,
+  PSB_WAIT_CLOSED = 3
 };
 /* Sets the waiter word to outcome. */
 void psb_waiter_wake(void *waiter, uint32_t outcome);
