@@ -174,7 +174,7 @@ func waitSpinFromEnv(env postoffice.Getenv) (time.Duration, error) {
 	}
 	us, err := strconv.Atoi(v)
 	if err != nil || us < 0 || us > 1000000 {
-		return 0, fmt.Errorf("elasticps: PS_WAIT_SPIN_US=%q: want the microseconds a Wait may spin before it blocks, 0 to 1000000 (0: never spin)", v)
+		return 0, &postoffice.EnvError{Var: "PS_WAIT_SPIN_US", Value: v, Want: "the microseconds a Wait may spin before it blocks, 0 to 1000000 (0: never spin)"}
 	}
 	return time.Duration(us) * time.Microsecond, nil
 }
