@@ -103,19 +103,14 @@ static void record(int64_t d, int64_t budget) {
   avg_wait_ns += (d - avg_wait_ns) / 8;
 }
 
-char *ps_app_wait(uint64_t handle, int timestamp) {
-  int64_t budget = __atomic_load_n(&psb_wait_spin_ns, __ATOMIC_RELAXED);
-  if (budget <= 0) {
-    return psgo_app_wait(handle, timestamp);
-  }
-  int64_t start = now_ns();
+/* wait_spinning is ps_app_wait with a spin budget; start is when it began. */
+static char *wait_spinning(uint64_t handle, int timestamp, int64_t budget,
+                           int64_t start) {
   char *err = NULL;
   /* Spin only while this thread's waits have been short enough to end
    * within the spin: a spin that runs out is CPU taken from the rest. */
   if (avg_wait_ns >= budget) {
-    err = psgo_app_wait(handle, timestamp);
-    record(now_ns() - start, budget);
-    return err;
+    return psgo_app_wait(handle, timestamp);
   }
   uint32_t *w = &waiter;
   __atomic_store_n(w, WAITING, __ATOMIC_RELAXED);
@@ -123,17 +118,13 @@ char *ps_app_wait(uint64_t handle, int timestamp) {
    * to the others need the CPU this thread would spin on. Any other is
    * waited for in Go right away. */
   if (!psgo_app_wait_begin(handle, timestamp, w, &err)) {
-    record(now_ns() - start, budget);
     return err;
   }
   if (!spin(w, start + budget) && psgo_app_wait_disarm(handle, timestamp)) {
-    err = psgo_app_wait(handle, timestamp);
-    record(now_ns() - start, budget);
-    return err;
+    return psgo_app_wait(handle, timestamp);
   }
   /* The outcome is in w (disarm fails only once it is: the notice runs
    * under the request lock that disarm takes). */
-  record(now_ns() - start, budget);
   switch (__atomic_load_n(w, __ATOMIC_ACQUIRE)) {
     case DONE:
       return NULL;
@@ -142,4 +133,15 @@ char *ps_app_wait(uint64_t handle, int timestamp) {
       return closed_error();
   }
   return psgo_app_wait(handle, timestamp); /* failed: Go has the error */
+}
+
+char *ps_app_wait(uint64_t handle, int timestamp) {
+  int64_t budget = __atomic_load_n(&psb_wait_spin_ns, __ATOMIC_RELAXED);
+  if (budget <= 0) {
+    return psgo_app_wait(handle, timestamp);
+  }
+  int64_t start = now_ns();
+  char *err = wait_spinning(handle, timestamp, budget, start);
+  record(now_ns() - start, budget);
+  return err;
 }
