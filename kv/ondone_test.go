@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ func (n *notices) await(t *testing.T, what string) {
 func TestOnDone(t *testing.T) {
 	j := startJob(t, 1, 1, jobOptions{})
 	gate := make(chan struct{})
+	var openGate sync.Once
 	j.startServers(func(meta ReqMeta, _ KVPairs, s *Server) {
 		<-gate // hold every answer until the test has registered its notice
 		if meta.Cmd == 7 {
@@ -48,6 +50,10 @@ func TestOnDone(t *testing.T) {
 	})
 	w := j.newWorker(0, 0)
 	c := w.Customer()
+	// Registered after the job's, server's and worker's cleanups, so it
+	// runs first: a failed check must not leave a server handler blocked
+	// and the job unable to stop.
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
 	push := func(cmd int32) int32 {
 		t.Helper()
 		ts, err := Push(w, []uint64{1}, []float32{1}, nil, Options{Cmd: cmd})
@@ -120,7 +126,7 @@ func TestOnDone(t *testing.T) {
 		t.Fatal("OnDone of a request in flight reported false")
 	}
 	w.Close() // the server handler still holds the request at the gate
-	close(gate)
+	openGate.Do(func() { close(gate) })
 	n.await(t, "close")
 	if o := Outcome(n.last.Load()); o != Abandoned || n.calls.Load() != 3 {
 		t.Errorf("after Close: %d notices, the last %d; want 3, Abandoned", n.calls.Load(), o)
