@@ -86,6 +86,12 @@ type Config struct {
 	// handling off: every message then goes through its customer's queue
 	// and goroutine, as in ps-lite.
 	InlineHandOver time.Duration
+	// ShareHostCPUs lets the node lower the Go runtime's GOMAXPROCS when
+	// other nodes of its job run on the same host (see cpushare.go), unless
+	// the GOMAXPROCS environment variable is set. It changes a process-wide
+	// setting, so only a process that runs this one node should set it (the
+	// elasticps command does); default false.
+	ShareHostCPUs bool
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -869,6 +869,7 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 	p.hbMu.Lock()
 	p.heartbeats[message.SchedulerID] = time.Now()
 	p.hbMu.Unlock()
+	p.shareHostCPUs(me, m.Meta.Control.Nodes)
 	p.vlog(1, "node is connected to others", "node", me.String())
 	p.markReady()
 }

@@ -116,6 +116,7 @@ func configFromEnv(role string) (postoffice.Config, error) {
 		return cfg, fmt.Errorf("DMLC_ROLE=%s but the command runs a %s: set DMLC_ROLE=%s or run 'elasticps %s'", cfg.Role, role, role, cfg.Role)
 	}
 	cfg.Logger = nodeLogger()
+	cfg.ShareHostCPUs = true // this process runs one node
 	return cfg, nil
 }
 
@@ -136,5 +137,6 @@ func planNodeConfig(van string) (postoffice.Config, error) {
 	if van != "" {
 		cfg.VanType = van
 	}
+	cfg.ShareHostCPUs = true // this process runs one node
 	return cfg, nil
 }
