@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"net"
 	"os"
 	"runtime"
 
@@ -45,10 +46,10 @@ func procsFloor(van string) int {
 }
 
 // nodesOnHost counts the job's nodes on host: the servers and workers of
-// nodes (each address once), and the scheduler when schedHost is host.
-func nodesOnHost(host, schedHost string, nodes []message.Node) int {
+// nodes (each address once), and the scheduler when schedLocal.
+func nodesOnHost(host string, schedLocal bool, nodes []message.Node) int {
 	n := 0
-	if schedHost == host {
+	if schedLocal {
 		n++
 	}
 	seen := map[int32]bool{}
@@ -70,7 +71,7 @@ func (p *Postoffice) shareHostCPUs(me message.Node, nodes []message.Node) {
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		return
 	}
-	local := nodesOnHost(me.Hostname, p.cfg.SchedulerHost, nodes)
+	local := nodesOnHost(me.Hostname, onThisHost(p.cfg.SchedulerHost, me.Hostname), nodes)
 	procs := runtime.GOMAXPROCS(0)
 	want := sharedProcs(procs, local, procsFloor(p.cfg.VanType))
 	if want == procs {
@@ -79,4 +80,30 @@ func (p *Postoffice) shareHostCPUs(me message.Node, nodes []message.Node) {
 	runtime.GOMAXPROCS(want)
 	p.vlog(1, "nodes of this job share the host: GOMAXPROCS lowered (set GOMAXPROCS to choose it yourself)",
 		"host", me.Hostname, "nodes_on_host", local, "gomaxprocs", want, "was", procs)
+}
+
+// onThisHost reports whether addr (the scheduler's DMLC_PS_ROOT_URI) names
+// this host: the node's own address, a loopback name or address, or an
+// address of one of its interfaces.
+func onThisHost(addr, me string) bool {
+	if addr == me || addr == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(addr)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }

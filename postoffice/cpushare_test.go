@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"net"
 	"testing"
 
 	"github.com/elasticps/elasticps/message"
@@ -32,10 +33,41 @@ func TestNodesOnHost(t *testing.T) {
 		{Role: message.RoleWorker, ID: 9, Hostname: "10.0.0.1", Port: 9001}, // listed twice
 		{Role: message.RoleScheduler, ID: 1, Hostname: "10.0.0.1", Port: 8000},
 	}
-	if got := nodesOnHost("10.0.0.1", "10.0.0.1", nodes); got != 3 {
+	if got := nodesOnHost("10.0.0.1", true, nodes); got != 3 {
 		t.Errorf("on the scheduler's host: %d nodes, want 3 (server, worker, scheduler)", got)
 	}
-	if got := nodesOnHost("10.0.0.2", "10.0.0.1", nodes); got != 1 {
+	if got := nodesOnHost("10.0.0.2", false, nodes); got != 1 {
 		t.Errorf("on another host: %d nodes, want 1", got)
+	}
+}
+
+func TestOnThisHost(t *testing.T) {
+	for _, c := range []struct {
+		addr, me string
+		want     bool
+	}{
+		{"10.9.8.7", "10.9.8.7", true}, // the node's own address
+		{"127.0.0.1", "192.0.2.2", true},
+		{"localhost", "192.0.2.2", true},
+		{"::1", "192.0.2.2", true},
+		{"203.0.113.77", "192.0.2.2", false}, // TEST-NET-3: no interface has it
+		{"scheduler.example", "192.0.2.2", false},
+	} {
+		if got := onThisHost(c.addr, c.me); got != c.want {
+			t.Errorf("onThisHost(%q, %q) = %v, want %v", c.addr, c.me, got, c.want)
+		}
+	}
+	// An address of one of this machine's interfaces, other than the node's.
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+			if !onThisHost(n.IP.String(), "203.0.113.1") {
+				t.Errorf("onThisHost(%s): false for an address of this machine", n.IP)
+			}
+			break
+		}
 	}
 }
