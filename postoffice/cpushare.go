@@ -15,9 +15,9 @@ import (
 // next to its workers, as BytePS deploys; a whole job on one machine), each
 // runtime then keeps up to GOMAXPROCS threads busy, and every goroutine a
 // node readies wakes a thread of its own to look for work: thread switches
-// the cores do not have time for. On a two-core host with a TCP-van job of
-// three processes, one P per node measured 20-30% more goodput and a
-// quarter less latency in most cells (docs/performance.md).
+// the cores do not have time for. On a two-core host with TCP-van jobs of
+// three and five processes, one P per node measured 15-45% more goodput in
+// most cells of the benchmark matrix (docs/performance.md).
 //
 // So a node that may (Config.ShareHostCPUs, and GOMAXPROCS not set by the
 // user) divides the runtime's GOMAXPROCS by the number of the job's nodes on
