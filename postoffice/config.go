@@ -123,7 +123,7 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		env = OSEnv
 	}
 	var c Config
-	get := func(k string) string { v, _ := env(k); return strings.TrimSpace(v) }
+	get := trimmed(env)
 
 	roleStr := get("DMLC_ROLE")
 	if roleStr == "" {
@@ -264,6 +264,24 @@ func requiredInt(get func(string) string, key string, min int, want string) (int
 		return 0, &EnvError{Var: key, Value: v, Want: want}
 	}
 	return n, nil
+}
+
+// trimmed reads variables from env without surrounding white space.
+func trimmed(env Getenv) func(string) string {
+	return func(k string) string { v, _ := env(k); return strings.TrimSpace(v) }
+}
+
+// IntFromEnv reads an optional integer variable from env as ConfigFromEnv
+// reads its own: unset or empty gives def; anything but an integer from
+// min to max is an *EnvError that asks for want. It is for variables read
+// outside ConfigFromEnv (the C++ bridge's PS_WAIT_SPIN_US).
+func IntFromEnv(env Getenv, key string, def, min, max int, want string) (int, error) {
+	get := trimmed(env)
+	n, err := optionalInt(get, key, def, min, want)
+	if err == nil && n > max {
+		return 0, &EnvError{Var: key, Value: get(key), Want: want}
+	}
+	return n, err
 }
 
 func optionalInt(get func(string) string, key string, def, min int, want string) (int, error) {

@@ -168,15 +168,9 @@ const defaultWaitSpin = 200 * time.Microsecond
 
 // waitSpinFromEnv reads PS_WAIT_SPIN_US.
 func waitSpinFromEnv(env postoffice.Getenv) (time.Duration, error) {
-	v, ok := env("PS_WAIT_SPIN_US")
-	if !ok || v == "" {
-		return defaultWaitSpin, nil
-	}
-	us, err := strconv.Atoi(v)
-	if err != nil || us < 0 || us > 1000000 {
-		return 0, &postoffice.EnvError{Var: "PS_WAIT_SPIN_US", Value: v, Want: "the microseconds a Wait may spin before it blocks, 0 to 1000000 (0: never spin)"}
-	}
-	return time.Duration(us) * time.Microsecond, nil
+	us, err := postoffice.IntFromEnv(env, "PS_WAIT_SPIN_US", int(defaultWaitSpin/time.Microsecond), 0, 1000000,
+		"the microseconds a Wait may spin before it blocks, 0 to 1000000 (0: never spin)")
+	return time.Duration(us) * time.Microsecond, err
 }
 
 // sendMode says when the node's transport reads the data frames it sends,
