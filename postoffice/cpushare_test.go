@@ -2,6 +2,8 @@ package postoffice
 
 import (
 	"net"
+	"os"
+	"runtime"
 	"testing"
 
 	"github.com/elasticps/elasticps/message"
@@ -69,5 +71,25 @@ func TestOnThisHost(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestShareHostCPUsInJob checks that a node that may share lowers
+// GOMAXPROCS once it has the scheduler's node list: a worker of a 1x1 job
+// on 127.0.0.1 shares the host with the server and the scheduler.
+func TestShareHostCPUsInJob(t *testing.T) {
+	if _, set := os.LookupEnv("GOMAXPROCS"); set {
+		t.Skip("GOMAXPROCS is set: nodes leave it as it is")
+	}
+	before := runtime.GOMAXPROCS(6)
+	t.Cleanup(func() { runtime.GOMAXPROCS(before) })
+	startJob(t, 1, 1, func(c *Config) {
+		if c.Role == message.RoleWorker {
+			c.ShareHostCPUs = true
+			c.VanType = "tcp"
+		}
+	})
+	if got, want := runtime.GOMAXPROCS(0), sharedProcs(6, 3, 1); got != want {
+		t.Errorf("GOMAXPROCS after the job started = %d, want %d (6 shared by 3 nodes)", got, want)
 	}
 }
