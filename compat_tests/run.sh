@@ -33,20 +33,23 @@ fail=0
 failed=()
 
 # run NAME S W [launcher options...] -- PROGRAM [ARGS...]
+# With LOG_CHECK set to a command, a job that passed must also pass
+# LOG_CHECK LOG, which prints why when it fails.
 run() {
-  local name=$1 s=$2 w=$3
+  local name=$1 s=$2 w=$3 why=""
   shift 3
   if [ -n "$FILTER" ] && [[ "$name" != *"$FILTER"* ]]; then
     return
   fi
   local log="$BIN_DIR/logs/$name.log" start=$SECONDS
-  if "$LAUNCHER" local -s "$s" -w "$w" --timeout "$TIMEOUT" ${EXTRA[@]+"${EXTRA[@]}"} "$@" >"$log" 2>&1; then
+  if "$LAUNCHER" local -s "$s" -w "$w" --timeout "$TIMEOUT" ${EXTRA[@]+"${EXTRA[@]}"} "$@" >"$log" 2>&1 &&
+    { [ -z "${LOG_CHECK:-}" ] || why=$($LOG_CHECK "$log"); }; then
     pass=$((pass + 1))
     printf 'PASS  %-44s %3ds\n' "$name" $((SECONDS - start))
   else
     fail=$((fail + 1))
     failed+=("$name")
-    printf 'FAIL  %-44s %3ds  (log: %s)\n' "$name" $((SECONDS - start)) "$HERE/$log"
+    printf 'FAIL  %-44s %3ds  (%slog: %s)\n' "$name" $((SECONDS - start)) "${why:+$why; }" "$HERE/$log"
     tail -n 30 "$log" | sed 's/^/      /'
   fi
 }
@@ -90,6 +93,36 @@ if [ -z "${COMPAT_ENV:-}" ]; then
   run "test_wait-2x2-tcp" 2 2 --env DMLC_PS_VAN_TYPE=tcp -- ./$BIN_DIR/test_wait
   run "test_kv_app-2x2-tcp-PS_WAIT_SPIN_US=0" 2 2 --env DMLC_PS_VAN_TYPE=tcp --env PS_WAIT_SPIN_US=0 -- ./$BIN_DIR/test_kv_app
 fi
+
+# A C++ server over the TCP van lowers GOMAXPROCS when its job shares the
+# host (three nodes on this one) and gives it back once a thread of the
+# program itself calls into Go: test_kv_app answers inside its handler
+# (not restored), test_byteps_style from an engine thread of its own
+# (restored). Workers never lower it. Needs two CPUs or more.
+# cpushare_check RESTORED LOG
+cpushare_check() {
+  local restored=$1 log=$2
+  if ! grep -q '^\[server 0\].*GOMAXPROCS lowered' "$log"; then
+    echo "the server did not lower GOMAXPROCS"
+  elif [ "$restored" = yes ] && ! grep -q '^\[server 0\].*GOMAXPROCS restored: a thread of the program calls KVServer::Response' "$log"; then
+    echo "the server did not restore GOMAXPROCS when its engine thread answered"
+  elif [ "$restored" = no ] && grep -q 'GOMAXPROCS restored' "$log"; then
+    echo "GOMAXPROCS was restored, but only the bridge's threads called into Go"
+  elif grep -q '^\[worker 0\].*GOMAXPROCS lowered' "$log"; then
+    echo "a worker lowered GOMAXPROCS"
+  else
+    return 0
+  fi
+  return 1
+}
+# cpushare NAME PROGRAM RESTORED
+cpushare() {
+  if [ -z "${COMPAT_ENV:-}" ] && [ "$(nproc)" -ge 2 ] && [ -z "${GOMAXPROCS:-}" ]; then
+    LOG_CHECK="cpushare_check $3" run "$1" 1 1 --env DMLC_PS_VAN_TYPE=tcp --env PS_VERBOSE=1 -- "./$BIN_DIR/$2"
+  fi
+}
+cpushare "test_kv_app-1x1-tcp-cpushare" test_kv_app no
+cpushare "test_byteps_style-1x1-tcp-cpushare" test_byteps_style yes
 
 run "test_signals-1x1" 1 1 -- ./$BIN_DIR/test_signals
 run "test_signals-2x2" 2 2 -- ./$BIN_DIR/test_signals

@@ -4,6 +4,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/elasticps/elasticps/message"
 )
@@ -63,6 +65,14 @@ func nodesOnHost(host string, schedLocal bool, nodes []message.Node) int {
 	return n
 }
 
+// cpuShare is what shareHostCPUs did, so that RestoreHostCPUs can undo it.
+type cpuShare struct {
+	mu       sync.Mutex
+	lowered  atomic.Bool // GOMAXPROCS is below was because of this node
+	was      int
+	restored bool // RestoreHostCPUs was called: never lower again
+}
+
 // shareHostCPUs applies sharedProcs once the node knows the job's nodes.
 func (p *Postoffice) shareHostCPUs(me message.Node, nodes []message.Node) {
 	if !p.cfg.ShareHostCPUs {
@@ -72,14 +82,44 @@ func (p *Postoffice) shareHostCPUs(me message.Node, nodes []message.Node) {
 		return
 	}
 	local := nodesOnHost(me.Hostname, onThisHost(p.cfg.SchedulerHost, me.Hostname), nodes)
+	p.cpus.mu.Lock()
+	defer p.cpus.mu.Unlock()
+	if p.cpus.restored || p.cpus.lowered.Load() {
+		return
+	}
 	procs := runtime.GOMAXPROCS(0)
 	want := sharedProcs(procs, local, procsFloor(p.cfg.VanType))
 	if want == procs {
 		return
 	}
 	runtime.GOMAXPROCS(want)
+	p.cpus.was = procs
+	p.cpus.lowered.Store(true)
 	p.vlog(1, "nodes of this job share the host: GOMAXPROCS lowered (set GOMAXPROCS to choose it yourself)",
 		"host", me.Hostname, "nodes_on_host", local, "gomaxprocs", want, "was", procs)
+}
+
+// HostCPUsLowered reports whether the node lowered GOMAXPROCS because other
+// nodes of its job share the host (Config.ShareHostCPUs) and has not
+// restored it. It is one atomic load, cheap enough for the data path.
+func (p *Postoffice) HostCPUsLowered() bool { return p.cpus.lowered.Load() }
+
+// RestoreHostCPUs gives the Go runtime back the GOMAXPROCS it had before
+// the node lowered it, and keeps the node from lowering it later; why is
+// logged. The C bridge calls it when a thread of the host program starts
+// calling into Go: such a thread keeps a P whenever it returns from Go
+// (the runtime treats the return to C as a system call), and with one P
+// the node's goroutines would wait for the runtime to take it back.
+func (p *Postoffice) RestoreHostCPUs(why string) {
+	p.cpus.mu.Lock()
+	defer p.cpus.mu.Unlock()
+	p.cpus.restored = true
+	if !p.cpus.lowered.Load() {
+		return
+	}
+	p.cpus.lowered.Store(false)
+	now := runtime.GOMAXPROCS(p.cpus.was)
+	p.vlog(1, "GOMAXPROCS restored: "+why, "gomaxprocs", p.cpus.was, "was", now)
 }
 
 // onThisHost reports whether addr (the scheduler's DMLC_PS_ROOT_URI) names

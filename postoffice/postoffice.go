@@ -83,6 +83,7 @@ type Postoffice struct {
 	routing  *RoutingTable
 	resender *resender
 	inline   *handOver // nil when Config.InlineHandOver < 0
+	cpus     cpuShare
 
 	// Stats counts what the node saw; read with Stats().
 	stats Stats

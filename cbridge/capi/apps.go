@@ -452,5 +452,5 @@ func (a *app) onKVRequest(meta kv.ReqMeta, data kv.KVPairs, _ *kv.Server) {
 	a.mu.Lock()
 	a.reqs[reqKey{meta.Sender, meta.CustomerID, meta.Timestamp, firstKey(data.Keys)}] = meta
 	a.mu.Unlock()
-	callKVRequest(a.srvCtx, meta, data)
+	callKVRequest(a.po, a.srvCtx, meta, data)
 }

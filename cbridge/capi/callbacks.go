@@ -12,6 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
 )
 
 // Completion status for on_kv_done (PS_DONE_* in c_api.h).
@@ -55,9 +56,10 @@ const handOverMin = 32 << 10
 type heldFrames struct {
 	pin     runtime.Pinner
 	release func()
+	po      *postoffice.Postoffice
 }
 
-func callKVRequest(ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
+func callKVRequest(po *postoffice.Postoffice, ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
 	cm := C.ps_kv_meta{
 		cmd:         C.int(meta.Cmd),
 		push:        cbool(meta.Push),
@@ -81,7 +83,7 @@ func callKVRequest(ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
 	if len(data.Keys)*8+len(data.Vals)+len(data.Lens)*4 >= handOverMin {
 		// The frames are views of the received message, which nothing in
 		// Go reads after the handler: C++ may keep (and modify) them.
-		h := &heldFrames{release: meta.Retain()}
+		h := &heldFrames{release: meta.Retain(), po: po}
 		for _, p := range []unsafe.Pointer{unsafe.Pointer(keys), bytesPtr(data.Vals), unsafe.Pointer(lens)} {
 			if p != nil {
 				h.pin.Pin(p)
@@ -97,6 +99,7 @@ func callKVRequest(ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
 func releaseFrames(release uint64) {
 	h := cgo.Handle(release)
 	held := h.Value().(*heldFrames)
+	fromHostThread(held.po, "KVPairs release")
 	held.pin.Unpin()
 	held.release()
 	h.Delete()

@@ -215,6 +215,7 @@ func ps_van_send(cm *C.ps_cmessage, bytes *C.int) *C.char {
 	for i := range n {
 		m.AddData(message.DataType(cm.frame_type[i]), C.GoBytes(unsafe.Pointer(cm.frame_data[i]), C.int(cm.frame_size[i])))
 	}
+	fromHostThread(po, "Van::Send")
 	sent, err := po.Send(m)
 	*bytes = C.int(min(sent, int(C.INT_MAX)))
 	return cerr(err)
@@ -270,7 +271,9 @@ func ps_app_close(handle C.uint64_t) {
 //
 //export psgo_app_wait
 func psgo_app_wait(handle C.uint64_t, ts C.int) *C.char {
-	return cerr(lookup(handle).wait(int32(ts)))
+	a := lookup(handle)
+	fromHostThread(a.po, "Wait")
+	return cerr(a.wait(int32(ts)))
 }
 
 // psgo_app_wait_begin registers w, a waiter word in C memory, to be set
@@ -281,6 +284,7 @@ func psgo_app_wait(handle C.uint64_t, ts C.int) *C.char {
 //export psgo_app_wait_begin
 func psgo_app_wait_begin(handle C.uint64_t, ts C.int, w unsafe.Pointer, errOut **C.char) C.int {
 	a := lookup(handle)
+	fromHostThread(a.po, "Wait")
 	if a.cust.OnDone(int32(ts), waiterWake(w), true) {
 		return 1
 	}
@@ -331,6 +335,7 @@ func ps_simple_request(handle C.uint64_t, head C.int, body *C.ps_cchar, bodyLen 
 		*ts = -1
 		return cerr(errors.New("elasticps: SimpleApp::Request on a raw Customer"))
 	}
+	fromHostThread(a.po, "SimpleApp::Request")
 	// The body is copied: the message may outlive the call (resend layer).
 	var b []byte
 	if bodyLen > 0 {
@@ -347,6 +352,7 @@ func ps_simple_response(handle C.uint64_t, head C.int, body *C.ps_cchar, bodyLen
 	if a.kind == kindCustomer {
 		return cerr(errors.New("elasticps: SimpleApp::Response on a raw Customer"))
 	}
+	fromHostThread(a.po, "SimpleApp::Response")
 	var b []byte
 	if bodyLen > 0 {
 		b = C.GoBytes(unsafe.Pointer(body), C.int(bodyLen))
@@ -358,6 +364,7 @@ func ps_simple_response(handle C.uint64_t, head C.int, body *C.ps_cchar, bodyLen
 func ps_kv_worker_request(handle C.uint64_t, r *C.ps_ckv_request, ts *C.int) *C.char {
 	*ts = -1
 	a := lookup(handle)
+	fromHostThread(a.po, "KVWorker::Push/Pull")
 	keys := cslice[uint64](unsafe.Pointer(r.keys), r.num_keys)
 	vals := cslice[byte](unsafe.Pointer(r.vals), r.vals_bytes)
 	lens := cslice[int32](unsafe.Pointer(r.lens), r.num_lens)
@@ -371,6 +378,7 @@ func ps_kv_worker_request(handle C.uint64_t, r *C.ps_ckv_request, ts *C.int) *C.
 //export ps_kv_server_response
 func ps_kv_server_response(handle C.uint64_t, req *C.ps_ckv_meta, keys *C.ps_ckey, numKeys C.size_t, vals *C.ps_cvoid, valsBytes C.size_t, lens *C.ps_cint, numLens C.size_t, freeKept C.ps_kept_free, kept unsafe.Pointer) *C.char {
 	a := lookup(handle)
+	fromHostThread(a.po, "KVServer::Response")
 	meta := kv.ReqMeta{
 		Cmd:        int32(req.cmd),
 		Push:       req.push != 0,

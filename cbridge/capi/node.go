@@ -144,6 +144,7 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.ShareHostCPUs = shareHostCPUs(cfg.Role)
 	spin, err := waitSpinFromEnv(env)
 	if err != nil {
 		return nil, err

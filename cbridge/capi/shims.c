@@ -27,6 +27,19 @@ void ps_register_callbacks(const ps_callbacks *cb) {
 
 void ps_free(void *p) { free(p); }
 
+/* How deep the calling thread is in callbacks from Go: calls into Go made
+ * at depth 0 come from the host program's own threads (see cpushare.go). */
+static __thread int callback_depth;
+
+int psb_in_callback(void) { return callback_depth; }
+
+#define CALLBACK(call) \
+  do {                 \
+    callback_depth++;  \
+    call;              \
+    callback_depth--;  \
+  } while (0)
+
 static const ps_callbacks *get(void) {
   return __atomic_load_n(&registered, __ATOMIC_ACQUIRE) ? &callbacks : NULL;
 }
@@ -48,8 +61,8 @@ void psb_on_simple(void *app, int is_request, int head, ps_cchar *body,
     missing("on_simple");
     return;
   }
-  c->on_simple(app, is_request, head, body, body_len, sender, timestamp,
-               customer_id);
+  CALLBACK(c->on_simple(app, is_request, head, body, body_len, sender,
+                        timestamp, customer_id));
 }
 
 void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
@@ -63,8 +76,8 @@ void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
     }
     return;
   }
-  c->on_kv_request(server, meta, keys, num_keys, vals, vals_bytes, lens,
-                   num_lens, release);
+  CALLBACK(c->on_kv_request(server, meta, keys, num_keys, vals, vals_bytes,
+                            lens, num_lens, release));
 }
 
 void psb_on_kv_done(void *ctx, int status, ps_cchar *err, size_t err_len,
@@ -75,7 +88,8 @@ void psb_on_kv_done(void *ctx, int status, ps_cchar *err, size_t err_len,
     missing("on_kv_done");
     return;
   }
-  c->on_kv_done(ctx, status, err, err_len, vals, vals_bytes, lens, num_lens);
+  CALLBACK(c->on_kv_done(ctx, status, err, err_len, vals, vals_bytes, lens,
+                         num_lens));
 }
 
 void psb_on_message(void *customer, const ps_message *msg) {
@@ -84,7 +98,7 @@ void psb_on_message(void *customer, const ps_message *msg) {
     missing("on_message");
     return;
   }
-  c->on_message(customer, msg);
+  CALLBACK(c->on_message(customer, msg));
 }
 
 /* The migration callbacks fail with an error message (the move is then
@@ -107,7 +121,9 @@ char *psb_on_kv_export(void *server, uint64_t begin, uint64_t end,
   if (c == NULL || c->on_kv_export == NULL) {
     return missing_error("on_kv_export");
   }
-  return c->on_kv_export(server, begin, end, state, state_len);
+  char *err;
+  CALLBACK(err = c->on_kv_export(server, begin, end, state, state_len));
+  return err;
 }
 
 char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len) {
@@ -115,7 +131,11 @@ char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len) {
   if (c == NULL || c->on_kv_import == NULL) {
     return missing_error("on_kv_import");
   }
-  return c->on_kv_import(server, state, state_len);
+  char *err;
+  CALLBACK(err = c->on_kv_import(server, state, state_len));
+  return err;
 }
 
-void psb_free_kept(ps_kept_free free_kept, void *kept) { free_kept(kept); }
+void psb_free_kept(ps_kept_free free_kept, void *kept) {
+  CALLBACK(free_kept(kept));
+}

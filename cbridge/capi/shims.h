@@ -22,6 +22,8 @@ char *psb_on_kv_export(void *server, uint64_t begin, uint64_t end,
                        void **state, size_t *state_len);
 char *psb_on_kv_import(void *server, ps_cvoid *state, size_t state_len);
 void psb_free_kept(ps_kept_free free_kept, void *kept);
+/* Non-zero while the calling thread runs a callback from Go. */
+int psb_in_callback(void);
 
 /* wait.c. A waiter word of ps_app_wait: WAITING, then how the request
  * ended: DONE (no error), FAILED (Wait asks Go for the error) or CLOSED
