@@ -90,7 +90,8 @@ type Config struct {
 	// other nodes of its job run on the same host (see cpushare.go), unless
 	// the GOMAXPROCS environment variable is set. It changes a process-wide
 	// setting, so only a process that runs this one node should set it (the
-	// elasticps command does); default false.
+	// elasticps command does; the C++ bridge does for servers, and undoes
+	// it with RestoreHostCPUs); default false.
 	ShareHostCPUs bool
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
