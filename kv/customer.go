@@ -208,8 +208,11 @@ func (c *Customer) signal() {
 }
 
 func (c *Customer) handleOne(m *message.Message, localErr error) {
-	if c.handle(m, localErr) && !m.Meta.Request {
-		c.AddResponse(m.Meta.Timestamp, 1)
+	// Read before handle: a handler that releases m gives the Message
+	// itself back to the transport, whose next Recv may reuse it.
+	request, ts := m.Meta.Request, m.Meta.Timestamp
+	if c.handle(m, localErr) && !request {
+		c.AddResponse(ts, 1)
 	}
 }
 

@@ -569,9 +569,10 @@ func (p *Postoffice) Logger() *slog.Logger { return p.log }
 // Stats returns the node's counters.
 func (p *Postoffice) Stats() *Stats { return &p.stats }
 
-// Release hands a received message's buffers back to the transport for
-// reuse, when it pools them (van/zmq and van/tcp do); the message must not
-// be used afterwards.
+// Release hands a received message back to the transport for reuse, when
+// it pools them (van/zmq and van/tcp recycle its buffers and the Message
+// itself): nothing of m may be read afterwards, and m is released at most
+// once.
 func (p *Postoffice) Release(m *message.Message) {
 	if r, ok := p.tr.(interface{ Release(*message.Message) }); ok {
 		r.Release(m)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/internal/recvmsg"
 )
 
 const (
@@ -62,16 +63,21 @@ func (t *Transport) Recv() (*message.Message, error) {
 	}
 }
 
-// Release gives the pooled receive buffers of msg, which Recv returned,
-// back for reuse, and clears msg.Data. Nothing of msg.Data may be used
-// afterwards (including slices of it kept elsewhere). Calling Release is
-// optional: an unreleased message is garbage-collected as usual.
+// Release gives msg, which Recv returned, back for reuse: its pooled
+// receive buffers, its small frames and the Message itself, which a later
+// Recv may return again. Nothing of msg may be used afterwards (including
+// slices of its frames kept elsewhere), and it must be released at most
+// once. Calling Release is optional: an unreleased message is
+// garbage-collected as usual.
 func (t *Transport) Release(msg *message.Message) {
 	for _, d := range msg.Data {
 		putBuf(d)
 	}
 	clear(msg.Data)
 	msg.Data = nil
+	if im := recvmsg.Of(msg); im != nil {
+		recvmsg.Put(im)
+	}
 }
 
 // deliver hands an item to Recv; false once the transport is closed.
@@ -206,14 +212,6 @@ func (rd *reader) skip(n uint64) error {
 	return nil
 }
 
-// inMsg is a received message with room for its usual frames, so that the
-// message, its frame list and its data_type list are one allocation.
-type inMsg struct {
-	msg   message.Message
-	data  [4][]byte
-	types [4]message.DataType
-}
-
 // emptyFrame is what an empty data frame is delivered as: non-nil, so that
 // "an empty vals frame" and "no frame" stay distinguishable.
 var emptyFrame = make([]byte, 0)
@@ -248,9 +246,8 @@ func (rd *reader) next() (*message.Message, error) {
 	if err := rd.fill(metaLen); err != nil {
 		return nil, err
 	}
-	im := &inMsg{}
-	msg := &im.msg
-	msg.Meta.DataType = im.types[:0]
+	im := recvmsg.Get()
+	msg := im.Message()
 	bad := message.DecodeMeta(rd.buf[rd.r:rd.r+metaLen], &msg.Meta)
 	rd.r += metaLen
 	if bad != nil {
@@ -261,6 +258,7 @@ func (rd *reader) next() (*message.Message, error) {
 		bad = message.CheckFrames(&msg.Meta, n-1)
 	}
 	if bad != nil {
+		recvmsg.Put(im)
 		if err := rd.skip(total - uint64(metaLen)); err != nil {
 			return nil, err
 		}
@@ -275,13 +273,9 @@ func (rd *reader) next() (*message.Message, error) {
 	}
 	var sbuf []byte
 	if small > 0 {
-		sbuf = make([]byte, small)
+		sbuf = im.Small(small)
 	}
-	if n-1 > len(im.data) {
-		msg.Data = make([][]byte, 0, n-1)
-	} else {
-		msg.Data = im.data[:0]
-	}
+	msg.Data = im.Frames(n - 1)
 	off := 0
 	for _, l := range lens[1:] {
 		size := int(l)

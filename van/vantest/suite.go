@@ -472,8 +472,10 @@ func testRelease(t *testing.T, f Factory) {
 		got := mustRecv(t, server)
 		require.Equal(t, vals, got.Data[1])
 		if rel != nil {
+			// Nothing of got may be read after this: the transport
+			// reuses its buffers, and the Message itself, for the next
+			// messages, whose different contents the Equal above checks.
 			rel.Release(got)
-			assert.Nil(t, got.Data)
 		}
 	}
 }

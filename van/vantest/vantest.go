@@ -40,8 +40,9 @@ type Factory struct {
 	GarbageReported bool
 }
 
-// Releaser is implemented by transports whose received frames may come
-// from a pool: Release(msg) gives them back. It is optional.
+// Releaser is implemented by transports whose received messages may come
+// from a pool: Release(msg) gives them back, after which nothing of msg may
+// be read. It is optional.
 type Releaser interface {
 	Release(msg *message.Message)
 }

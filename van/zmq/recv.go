@@ -17,6 +17,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/internal/recvmsg"
 )
 
 var (
@@ -57,14 +58,6 @@ func (b *inBuf) view(i int) []byte {
 }
 
 func (b *inBuf) free() { C.eps_in_free(b.c) }
-
-// inMsg is a received message with room for its usual frames, so that the
-// message, its frame list and its data_type list are one allocation.
-type inMsg struct {
-	msg   message.Message
-	data  [4][]byte
-	types [4]message.DataType
-}
 
 // Recv implements van.Transport. It blocks until a message arrives on the
 // ROUTER, then sets Meta.Sender from the peer identity ("ps<id>", otherwise
@@ -139,25 +132,26 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 	case int64(len(metaBuf)) > lim.MaxMessageBytes:
 		return nil, frameError(ident, sender, fmt.Errorf("meta frame of %d bytes exceeds the %d-byte message limit", len(metaBuf), lim.MaxMessageBytes))
 	}
-	im := &inMsg{}
-	msg := &im.msg
-	msg.Meta.DataType = im.types[:0]
+	im := recvmsg.Get()
+	msg := im.Message()
+	var bad error
 	if err := message.DecodeMeta(metaBuf, &msg.Meta); err != nil {
-		return nil, frameError(ident, sender, fmt.Errorf("bad meta frame (%d bytes): %w", len(metaBuf), err))
+		bad = fmt.Errorf("bad meta frame (%d bytes): %w", len(metaBuf), err)
+	} else if k := len(msg.Meta.DataType); k > lim.MaxFrames {
+		bad = fmt.Errorf("meta announces %d data frames, limit is %d", k, lim.MaxFrames)
+	} else if total > lim.MaxMessageBytes {
+		bad = fmt.Errorf("message of %d bytes exceeds %d bytes", total, lim.MaxMessageBytes)
+	} else {
+		bad = message.CheckFrames(&msg.Meta, ndata)
 	}
-	if k := len(msg.Meta.DataType); k > lim.MaxFrames {
-		return nil, frameError(ident, sender, fmt.Errorf("meta announces %d data frames, limit is %d", k, lim.MaxFrames))
+	if bad != nil {
+		recvmsg.Put(im)
+		return nil, frameError(ident, sender, bad)
 	}
-	if total > lim.MaxMessageBytes {
-		return nil, frameError(ident, sender, fmt.Errorf("message of %d bytes exceeds %d bytes", total, lim.MaxMessageBytes))
-	}
-	if err := message.CheckFrames(&msg.Meta, ndata); err != nil {
-		return nil, frameError(ident, sender, err)
-	}
-	var views []keptFrame
-	msg.Data, views = copyFrames(im.data[:0], in, 2, n, t.cfg.ZeroCopyRecvMin)
-	if views != nil {
-		keepViews(msg, views)
+	var views viewSet
+	msg.Data = copyFrames(im, &views, in, 2, n, t.cfg.ZeroCopyRecvMin)
+	if views.n > 0 {
+		keepViews(msg, &views)
 	}
 	msg.Meta.Sender = sender
 	msg.Meta.Recver = t.myID.Load()
@@ -172,13 +166,13 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 // capacity, so that appending to it cannot touch anything shared.
 var emptyFrame = make([]byte, 0)
 
-// copyFrames appends frames [from, to) of in to dst: frames of at least
-// zcMin bytes (zcMin > 0) as views of libzmq's buffers, returned as kept
-// messages too; other frames of directReadMin bytes or more as a buffer
-// from the pool each; the rest in one shared allocation in which each frame
-// starts 8-byte aligned (Go aligns allocations whose size is a multiple of
-// 8 to 8 bytes).
-func copyFrames(dst [][]byte, in *inBuf, from, to, zcMin int) ([][]byte, []keptFrame) {
+// copyFrames returns frames [from, to) of in as im's frame list: frames of
+// at least zcMin bytes (zcMin > 0) as views of libzmq's buffers, whose kept
+// messages it adds to views; other frames of directReadMin bytes or more as a
+// buffer from the pool each; the rest in im's small-frame buffer, in which
+// each frame starts 8-byte aligned.
+func copyFrames(im *recvmsg.Msg, views *viewSet, in *inBuf, from, to, zcMin int) [][]byte {
+	dst := im.Frames(to - from)
 	total := 0
 	for i := from; i < to; i++ {
 		if n := int(in.size[i]); n < directReadMin {
@@ -187,9 +181,8 @@ func copyFrames(dst [][]byte, in *inBuf, from, to, zcMin int) ([][]byte, []keptF
 	}
 	var buf []byte
 	if total > 0 {
-		buf = make([]byte, total)
+		buf = im.Small(total)
 	}
-	var views []keptFrame
 	off := 0
 	for i := from; i < to; i++ {
 		n := int(in.size[i])
@@ -203,7 +196,7 @@ func copyFrames(dst [][]byte, in *inBuf, from, to, zcMin int) ([][]byte, []keptF
 		if zcMin > 0 && n >= zcMin && uintptr(in.data[i])%8 == 0 {
 			if m := C.eps_in_keep(in.c, C.int(i)); m != nil && uintptr(in.data[i])%8 == 0 {
 				openViews.Add(1)
-				views = append(views, keptFrame{idx: len(dst), msg: m})
+				views.add(keptFrame{idx: len(dst), msg: m})
 				dst = append(dst, in.view(i))
 				continue
 			} else if m != nil {
@@ -226,19 +219,22 @@ func copyFrames(dst [][]byte, in *inBuf, from, to, zcMin int) ([][]byte, []keptF
 		dst = append(dst, f)
 		off += (n + 7) &^ 7
 	}
-	return dst, views
+	return dst
 }
 
-// Release gives the pooled receive buffers of msg, which Recv returned,
-// back for reuse, closes its zero-copy views, and clears msg.Data. Nothing
-// of msg.Data may be used afterwards (including slices of it kept
-// elsewhere). Calling Release is optional only for messages without views
-// (see Config.ZeroCopyRecvMin); a second Release does nothing. A buffer
-// that a zero-copy Send still references (a frame echoed back) is left to
-// the GC instead of being reused under libzmq's feet.
+// Release gives msg, which Recv returned, back for reuse: its pooled
+// receive buffers, its small frames and the Message itself, which a later
+// Recv may return again; it closes msg's zero-copy views. Nothing of msg may
+// be used afterwards (including slices of its frames kept elsewhere), and
+// it must be released at most once. Calling Release is optional only for
+// messages without views (see Config.ZeroCopyRecvMin): an unreleased
+// message is garbage-collected. A buffer that a zero-copy Send still
+// references (a frame echoed back) is left to the GC instead of being
+// reused under libzmq's feet.
 func (t *Transport) Release(msg *message.Message) {
 	views := takeViews(msg)
-	for _, k := range views {
+	for i := range views.n {
+		k := views.at(i)
 		closeView(k, msg.Data[k.idx])
 		msg.Data[k.idx] = nil // not Go memory: never pooled
 	}
@@ -249,6 +245,12 @@ func (t *Transport) Release(msg *message.Message) {
 	}
 	clear(msg.Data)
 	msg.Data = nil
+	if im := recvmsg.Of(msg); im != nil {
+		if pinnedWithin(im.SmallBuf()) {
+			im.DropSmall()
+		}
+		recvmsg.Put(im)
+	}
 }
 
 func (t *Transport) recvErr(err error) error {

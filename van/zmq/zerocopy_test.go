@@ -24,8 +24,9 @@ func pattern(n int, seed byte) []byte {
 func isView(m *message.Message, i int) bool {
 	kept.mu.Lock()
 	defer kept.mu.Unlock()
-	for _, k := range kept.m[m] {
-		if k.idx == i {
+	v := kept.m[m]
+	for j := range v.n {
+		if v.at(j).idx == i {
 			return true
 		}
 	}

@@ -1,0 +1,62 @@
+package vantest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/message"
+)
+
+// RoundTripAllocs returns the heap allocations, process-wide, of one
+// steady-state KV exchange with size value bytes each way: the worker
+// sends a push request, the server receives it, answers from buffers of
+// its own and releases the request, and the worker receives the answer and
+// releases it (what kv.Worker and kv.Server do). Both ends run on the
+// calling goroutine, so the count is the transports' own (their background
+// goroutines included). f's transport must be a Releaser. Recv is called
+// directly (a timeout would allocate): each message was sent just before,
+// over loopback.
+func RoundTripAllocs(t *testing.T, f Factory, size int) float64 {
+	server := newNode(t, f, Options{}, message.RoleServer, serverID)
+	worker := newNode(t, f, Options{}, message.RoleWorker, workerID)
+	require.NoError(t, worker.Connect(server.node, workerID))
+	require.NoError(t, server.Connect(worker.node, serverID))
+	srvRel, ok := server.Transport.(Releaser)
+	require.True(t, ok, "the transport does not implement Release")
+	wrkRel := worker.Transport.(Releaser)
+
+	keys := U64s(42)
+	req := KVMsg(serverID, 0, true, false, keys, make([]byte, size), []byte{0, 0, 0, 0})
+	resp := KVMsg(workerID, 0, false, false, keys, make([]byte, size), []byte{0, 0, 0, 0})
+	resp.Meta.Request = false
+	exchange := func() {
+		if _, err := worker.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		in, err := server.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Data) != 3 || len(in.Data[1]) != size {
+			t.Fatalf("request has %d frames, want 3 with %d value bytes", len(in.Data), size)
+		}
+		resp.Meta.Timestamp = in.Meta.Timestamp
+		if _, err := server.Send(resp); err != nil {
+			t.Fatal(err)
+		}
+		srvRel.Release(in)
+		out, err := worker.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Data) != 3 || len(out.Data[1]) != size {
+			t.Fatalf("response has %d frames, want 3 with %d value bytes", len(out.Data), size)
+		}
+		wrkRel.Release(out)
+	}
+	for range 50 { // connect, size buffers, fill pools
+		exchange()
+	}
+	return testing.AllocsPerRun(200, exchange)
+}
