@@ -545,3 +545,24 @@ func BenchmarkVecWith(b *testing.B) {
 		}
 	})
 }
+
+// TestWithDoesNotAllocate checks that looking up an existing series
+// allocates nothing, with one label and with several (the worker's round
+// trip histogram has two, looked up for every operation).
+func TestWithDoesNotAllocate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts")
+	}
+	r := NewRegistry()
+	one := must[*HistogramVec](t)(r.HistogramVec("h1", "h.", LatencyBuckets, "kind"))
+	two := must[*HistogramVec](t)(r.HistogramVec("h2", "h.", LatencyBuckets, "kind", "part"))
+	one.With(KindPush).Observe(1e-3)
+	two.With(KindPush, PartTotal).Observe(1e-3)
+	allocs := testing.AllocsPerRun(100, func() {
+		one.With(KindPush).Observe(1e-3)
+		two.With(KindPush, PartTotal).Observe(1e-3)
+		two.With(KindPull, PartNetwork).Observe(1e-3)
+	})
+	require.Zero(t, allocs)
+	require.Equal(t, uint64(101), two.With(KindPull, PartNetwork).Count())
+}

@@ -164,22 +164,26 @@ func (r *Registry) families() []*family {
 }
 
 // seriesKey identifies a tuple of label values. One label (the common case)
-// uses the value itself, so With allocates nothing; several are length
-// prefixed so that no two tuples share a key whatever bytes they contain.
+// uses the value itself; several are length prefixed so that no two tuples
+// share a key whatever bytes they contain.
 func seriesKey(values []string) string {
-	switch len(values) {
-	case 0:
-		return ""
-	case 1:
-		return values[0]
+	var buf [128]byte
+	return string(appendSeriesKey(buf[:0], values))
+}
+
+// appendSeriesKey appends seriesKey(values) to b. get looks the bytes up in
+// the map directly (a map index by string(b) does not allocate), so that
+// With allocates nothing once its series exists.
+func appendSeriesKey(b []byte, values []string) []byte {
+	if len(values) == 1 {
+		return append(b, values[0]...)
 	}
-	var b strings.Builder
 	for _, v := range values {
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteByte(':')
-		b.WriteString(v)
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
 	}
-	return b.String()
+	return b
 }
 
 // get returns the series for values, creating it with mk on first use.
@@ -190,12 +194,14 @@ func (f *family) get(values []string, mk func(*series)) (*series, error) {
 		return nil, fmt.Errorf("metrics: %s takes %d label values (%s), got %d: %q",
 			f.name, len(f.labelNames), strings.Join(f.labelNames, ", "), len(values), slices.Clone(values))
 	}
-	key := seriesKey(values)
+	var buf [128]byte
+	kb := appendSeriesKey(buf[:0], values)
 	if m := f.series.Load(); m != nil {
-		if s, ok := (*m)[key]; ok {
+		if s, ok := (*m)[string(kb)]; ok {
 			return s, nil
 		}
 	}
+	key := string(kb)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	old := f.loadSeries()
