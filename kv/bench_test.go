@@ -5,10 +5,14 @@ import (
 )
 
 // BenchmarkPushPull measures one push-pull round trip of 256 float32 values
-// per server over ZeroMQ on loopback (1 worker, 2 servers, default store).
+// per server over ZeroMQ on loopback (1 worker, 2 servers, default store),
+// the servers set up as the elasticps server command sets them up.
 func BenchmarkPushPull(b *testing.B) {
 	j := startJob(b, 2, 1, jobOptions{})
-	j.startDefaultServers()
+	j.startServersWith(func(s *Server) {
+		s.SetRequestHandler(NewDefaultHandler().Handle)
+		s.ReleaseRequests(true) // the default store copies what it keeps
+	})
 	w := j.newWorker(0, 0)
 	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 1)
 	vals := make([]float32, 512)

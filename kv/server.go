@@ -183,14 +183,12 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 		return nil
 	}
 	defer s.closeInflight(meta)
-	out := &outMsg{}
+	out := newOutMsg()
 	m := s.responseTo(meta, &out.msg)
 	if !meta.received.IsZero() {
 		// the worker splits its round trip into this and network time
 		m.Meta.Ext.HandleNano = int64(time.Since(meta.received))
 	}
-	m.Data = out.data[:0]
-	m.Meta.DataType = out.types[:0]
 	if len(res.Keys) > 0 {
 		m.AddData(message.Uint64, KeysToBytes(res.Keys))
 		m.AddData(meta.DataType, res.Vals)
@@ -198,7 +196,11 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 			m.AddData(message.Int32, LensToBytes(res.Lens))
 		}
 	}
-	return s.send(m)
+	if err := s.send(m); err != nil {
+		return err
+	}
+	out.sent(s.po)
+	return nil
 }
 
 // ResponseError answers request meta with an error (the elasticps error
@@ -239,7 +241,9 @@ func (s *Server) closeInflight(meta ReqMeta) {
 }
 
 func (s *Server) responseTo(meta ReqMeta, m *message.Message) *message.Message {
+	dt := m.Meta.DataType // keep an outMsg's own array
 	m.Meta = message.NewMeta()
+	m.Meta.DataType = dt
 	m.Meta.AppID = s.c.appID
 	m.Meta.CustomerID = meta.CustomerID
 	m.Meta.Request = false

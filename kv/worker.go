@@ -340,12 +340,38 @@ type span struct {
 	seq        uint64 // push sequence number of the span (see pushSeqs)
 }
 
-// outMsg allocates a request message with room for its three frames in one
-// object.
+// outMsg is a request or response with room for its three frames in one
+// object, recycled once sent.
 type outMsg struct {
 	msg   message.Message
 	data  [3][]byte
 	types [3]message.DataType
+}
+
+var outMsgs = sync.Pool{New: func() any { return new(outMsg) }}
+
+// newOutMsg returns an empty message (ps-lite's Meta defaults) whose frame
+// and data_type lists append into the outMsg.
+func newOutMsg() *outMsg {
+	out := outMsgs.Get().(*outMsg)
+	out.msg.Meta = message.NewMeta()
+	out.msg.Data = out.data[:0]
+	out.msg.Meta.DataType = out.types[:0]
+	return out
+}
+
+// sent recycles out after po.Send returned without error, unless the
+// postoffice keeps sent messages (PS_RESEND). The transports read a
+// Message during Send (only its frames' bytes may be read later), so
+// nothing else refers to it; its frames belong to the caller and are
+// merely forgotten.
+func (out *outMsg) sent(po *postoffice.Postoffice) {
+	if po.KeepsSent() {
+		return
+	}
+	clear(out.data[:])
+	out.msg = message.Message{}
+	outMsgs.Put(out)
 }
 
 // pushSeqs counts this worker's pushes per key (in elastic mode only).
@@ -491,11 +517,8 @@ func (w *Worker) slice(o *op, ka, kb, va int, spans []span, count bool, seq uint
 // send sends the request for one span; a failure becomes a local error
 // response so that Wait still finishes.
 func (w *Worker) send(o *op, ts int32, s span) error {
-	out := &outMsg{}
+	out := newOutMsg()
 	m := &out.msg
-	m.Meta = message.NewMeta()
-	m.Data = out.data[:0]
-	m.Meta.DataType = out.types[:0]
 	m.Meta.AppID = w.c.appID
 	m.Meta.CustomerID = w.c.customerID
 	m.Meta.Request = true
@@ -523,6 +546,7 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 		w.c.enqueue(localResponse(m, s.node), err)
 		return err
 	}
+	out.sent(w.po)
 	return nil
 }
 

@@ -441,6 +441,11 @@ func (p *Postoffice) Send(m *message.Message) (int, error) {
 	return n, nil
 }
 
+// KeepsSent reports whether Send keeps the messages it sent after it
+// returns (PS_RESEND keeps them until acknowledged, to send them again).
+// Without it, a caller may reuse a Message once Send returned.
+func (p *Postoffice) KeepsSent() bool { return p.resender != nil }
+
 // sendControl stamps a control message with the van timestamp and sends it.
 func (p *Postoffice) sendControl(m *message.Message) error {
 	if m.Meta.Timestamp == message.Empty {
