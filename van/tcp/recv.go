@@ -42,9 +42,10 @@ var (
 // last given to Connect. Messages from one connection arrive in order.
 //
 // Data frames are owned by the caller and each non-empty one starts 8-byte
-// aligned. Frames of at least directReadMin bytes come from a buffer pool:
-// giving the message to Release once done with it lets the next message
-// reuse them instead of allocating (and zeroing) new ones.
+// aligned. Frames of at least directReadMin bytes come from a buffer pool,
+// the others share one buffer per message: giving the message to Release
+// once done with it lets the next messages reuse them, and the Message
+// itself, instead of allocating (and zeroing) new ones.
 //
 // A *van.FrameError reports one rejected message (or a connection that
 // did not start with a valid hello); the transport keeps serving.

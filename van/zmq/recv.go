@@ -68,8 +68,8 @@ func (b *inBuf) free() { C.eps_in_free(b.c) }
 // libzmq's buffers (C memory), valid until Release or Detach, one of which
 // the caller must call for such a message. The others are copied out of
 // libzmq's buffers into Go memory owned by the caller: frames of at least
-// directReadMin bytes into buffers from a pool (see Release), the others
-// into one allocation per message. Every
+// directReadMin bytes into buffers from a pool, the others into one buffer
+// per message; Release recycles both, and the Message itself. Every
 // non-empty frame starts at an 8-byte-aligned address, so it may be viewed
 // as a []uint64 or []float64 in place. Empty frames are non-nil empty
 // slices.
