@@ -72,7 +72,7 @@ type Customer struct {
 type request struct {
 	expected, got int
 	done          chan struct{} // made on the first Wait; closed on completion
-	notify        func(Outcome) // set by OnDone; called once on completion
+	notify        Notifier      // set by OnDone; called once on completion
 	err           error
 	state         any // owner's per-request state (the Worker's op)
 }
@@ -248,9 +248,9 @@ func (c *Customer) notifyAll() {
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
 	for _, r := range c.pending {
-		if fn := r.notify; fn != nil {
+		if n := r.notify; n != nil {
 			r.notify = nil
-			fn(Abandoned)
+			n.Notify(Abandoned)
 		}
 	}
 }
@@ -393,9 +393,9 @@ func (c *Customer) AddResponse(ts int32, n int) {
 	if r.done != nil {
 		close(r.done)
 	}
-	if fn := r.notify; fn != nil {
+	if n := r.notify; n != nil {
 		r.notify = nil
-		fn(outcome(r.err))
+		n.Notify(outcome(r.err))
 	}
 }
 
@@ -419,6 +419,14 @@ func outcome(err error) Outcome {
 	return Succeeded
 }
 
+// Notifier is told the outcome of a request it was registered for with
+// OnDone. It is an interface rather than a func so that a caller with
+// nothing more than a pointer to pass (the C++ bridge: a thread's waiter
+// word) registers without allocating a closure per request.
+type Notifier interface {
+	Notify(Outcome)
+}
+
 // OnDone arranges for notify to be called once, with the request's
 // Outcome, on the goroutine that completes request ts, right after the
 // request counts as done (a Wait then returns at once), or when the
@@ -433,7 +441,7 @@ func outcome(err error) Outcome {
 //
 // OnDone is for callers that wait outside Go (the C++ bridge's Wait spins
 // in C); Go code calls Wait.
-func (c *Customer) OnDone(ts int32, notify func(Outcome), alone bool) bool {
+func (c *Customer) OnDone(ts int32, notify Notifier, alone bool) bool {
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
 	r, ok := c.pending[ts]

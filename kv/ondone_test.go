@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// notices records the calls of an OnDone notify.
+// notices records the calls of an OnDone Notifier.
 type notices struct {
 	calls atomic.Int32
 	last  atomic.Int32 // the last Outcome
@@ -17,7 +17,7 @@ type notices struct {
 
 func newNotices() *notices { return &notices{got: make(chan struct{}, 8)} }
 
-func (n *notices) notify(o Outcome) {
+func (n *notices) Notify(o Outcome) {
 	n.calls.Add(1)
 	n.last.Store(int32(o))
 	n.got <- struct{}{}
@@ -66,10 +66,10 @@ func TestOnDone(t *testing.T) {
 	// Completes without an error; a second request in flight is counted.
 	n := newNotices()
 	ts1, ts2 := push(0), push(0)
-	if c.OnDone(ts1, n.notify, true) {
+	if c.OnDone(ts1, n, true) {
 		t.Fatalf("OnDone(%d, alone) with two requests in flight reported true", ts1)
 	}
-	if !c.OnDone(ts1, n.notify, false) {
+	if !c.OnDone(ts1, n, false) {
 		t.Fatalf("OnDone(%d) of a request in flight reported false", ts1)
 	}
 	gate <- struct{}{}
@@ -80,15 +80,15 @@ func TestOnDone(t *testing.T) {
 	if err := w.Wait(ts1); err != nil {
 		t.Errorf("Wait(%d) after the notice: %v", ts1, err)
 	}
-	if c.OnDone(ts1, n.notify, false) {
+	if c.OnDone(ts1, n, false) {
 		t.Error("OnDone on a completed request reported true")
 	}
-	if c.OnDone(12345, n.notify, false) {
+	if c.OnDone(12345, n, false) {
 		t.Error("OnDone on a timestamp never issued reported true")
 	}
 
 	// A withdrawn notice is not called; the request still completes.
-	if !c.OnDone(ts2, n.notify, true) {
+	if !c.OnDone(ts2, n, true) {
 		t.Fatalf("OnDone(%d, alone) of the only request in flight reported false", ts2)
 	}
 	if !c.CancelOnDone(ts2) {
@@ -104,7 +104,7 @@ func TestOnDone(t *testing.T) {
 
 	// Completes with an error.
 	ts3 := push(7)
-	if !c.OnDone(ts3, n.notify, false) {
+	if !c.OnDone(ts3, n, false) {
 		t.Fatal("OnDone of a request in flight reported false")
 	}
 	gate <- struct{}{}
@@ -122,7 +122,7 @@ func TestOnDone(t *testing.T) {
 
 	// Closing the customer notifies the requests it leaves unfinished.
 	ts4 := push(0)
-	if !c.OnDone(ts4, n.notify, false) {
+	if !c.OnDone(ts4, n, false) {
 		t.Fatal("OnDone of a request in flight reported false")
 	}
 	w.Close() // the server handler still holds the request at the gate
@@ -131,7 +131,7 @@ func TestOnDone(t *testing.T) {
 	if o := Outcome(n.last.Load()); o != Abandoned || n.calls.Load() != 3 {
 		t.Errorf("after Close: %d notices, the last %d; want 3, Abandoned", n.calls.Load(), o)
 	}
-	if c.OnDone(ts4, n.notify, false) {
+	if c.OnDone(ts4, n, false) {
 		t.Error("OnDone on a closed customer reported true")
 	}
 }

@@ -169,19 +169,22 @@ func (a *app) deliverMessage(m *message.Message) {
 	C.psb_on_message(a.custCtx, &cm)
 }
 
-// waiterWake returns the completion notice of a request that a C++ thread
-// waits for in ps_app_wait (wait.c): it sets the thread's waiter word w.
-func waiterWake(w unsafe.Pointer) func(kv.Outcome) {
-	return func(o kv.Outcome) {
-		s := C.PSB_WAIT_FAILED
-		switch o {
-		case kv.Succeeded:
-			s = C.PSB_WAIT_DONE
-		case kv.Abandoned:
-			s = C.PSB_WAIT_CLOSED
-		}
-		C.psb_waiter_wake(w, C.uint32_t(s))
+// waiterWord is the completion notice of a request that a C++ thread waits
+// for in ps_app_wait (wait.c): it sets the thread's waiter word. A struct
+// of one pointer is stored in an interface as is, so registering it
+// allocates nothing.
+type waiterWord struct{ w unsafe.Pointer }
+
+// Notify implements kv.Notifier.
+func (n waiterWord) Notify(o kv.Outcome) {
+	s := C.PSB_WAIT_FAILED
+	switch o {
+	case kv.Succeeded:
+		s = C.PSB_WAIT_DONE
+	case kv.Abandoned:
+		s = C.PSB_WAIT_CLOSED
 	}
+	C.psb_waiter_wake(n.w, C.uint32_t(s))
 }
 
 func cbool(b bool) C.int {

@@ -7,7 +7,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
 )
@@ -176,5 +178,21 @@ func TestWaitSpinFromEnv(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "PS_WAIT_SPIN_US=\""+bad+"\"") || !strings.Contains(err.Error(), "0 to 1000000") {
 			t.Errorf("PS_WAIT_SPIN_US=%q: error %v; want one naming the value and the range", bad, err)
 		}
+	}
+}
+
+// notifierSink keeps the Notifier of TestWaiterWordDoesNotAllocate
+// reachable, so that the conversion cannot be optimised away.
+var notifierSink kv.Notifier
+
+// TestWaiterWordDoesNotAllocate checks that registering a C++ thread's
+// waiter word as a request's completion notice (every spinning Wait does)
+// costs no allocation.
+func TestWaiterWordDoesNotAllocate(t *testing.T) {
+	var word uint32
+	w := unsafe.Pointer(&word)
+	allocs := testing.AllocsPerRun(100, func() { notifierSink = waiterWord{w} })
+	if allocs != 0 {
+		t.Fatalf("a waiterWord as a kv.Notifier costs %v allocations, want 0", allocs)
 	}
 }

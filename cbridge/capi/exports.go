@@ -285,7 +285,7 @@ func psgo_app_wait(handle C.uint64_t, ts C.int) *C.char {
 func psgo_app_wait_begin(handle C.uint64_t, ts C.int, w unsafe.Pointer, errOut **C.char) C.int {
 	a := lookup(handle)
 	fromHostThread(a.po, "Wait")
-	if a.cust.OnDone(int32(ts), waiterWake(w), true) {
+	if a.cust.OnDone(int32(ts), waiterWord{w}, true) {
 		return 1
 	}
 	*errOut = cerr(a.wait(int32(ts)))
