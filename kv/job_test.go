@@ -12,6 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/vantest/anyvan"
 )
 
@@ -88,6 +89,14 @@ func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
 	for range numWorkers {
 		j.workers = append(j.workers, newNode(message.RoleWorker))
 	}
+	// Registered before stop, so it runs after it: a message released
+	// twice shows here, whatever the test itself checks.
+	twice := van.ReleasedTwice()
+	t.Cleanup(func() {
+		if n := van.ReleasedTwice() - twice; n > 0 {
+			t.Errorf("%d received messages were released twice during this test (see the van's error log)", n)
+		}
+	})
 	t.Cleanup(j.stop)
 
 	type startCall struct {

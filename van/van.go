@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van/internal/recvmsg"
 )
 
 // ErrClosed is returned by Recv and Send after Close.
@@ -70,3 +71,9 @@ type Limits struct {
 
 // DefaultLimits returns the limits used when a field is zero.
 func DefaultLimits() Limits { return Limits{MaxFrames: 16, MaxMessageBytes: 2 << 30} }
+
+// ReleasedTwice counts, process-wide, the releases of received messages
+// that van/zmq and van/tcp refused because the message was already back in
+// their pool: a consumer that released a message twice, or kept using one
+// it had released. It stays 0 in a correct program; tests check it.
+func ReleasedTwice() int64 { return recvmsg.Misuses() }

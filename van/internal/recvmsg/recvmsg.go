@@ -11,7 +11,9 @@
 package recvmsg
 
 import (
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
@@ -27,9 +29,21 @@ type Msg struct {
 	data  [4][]byte
 	types [4]message.DataType
 	small []byte // backing store of the small frames (see Small)
+	// out is 1 from Get to Put, so a Put of a Msg that is in the pool is
+	// refused and counted: a Msg is never in the pool twice, which would
+	// have two receivers fill it at once. A stale release (after a later
+	// Recv got the Msg again) cannot be told from a good one when it
+	// happens; the release after it finds out 0 and is counted.
+	out atomic.Uint32
 }
 
 var pool = sync.Pool{New: func() any { return new(Msg) }}
+
+var misuses atomic.Int64
+
+// Misuses counts the releases refused because the message was not out
+// (released twice): a bug in a consumer, which tests check for.
+func Misuses() int64 { return misuses.Load() }
 
 // typesOffset locates Msg.types from a Msg's address; Of uses it to
 // recognise a Message that is the first field of a Msg.
@@ -39,6 +53,7 @@ var typesOffset = unsafe.Offsetof(Msg{}.types)
 // appends into the Msg's own array.
 func Get() *Msg {
 	im := pool.Get().(*Msg)
+	im.out.Store(1)
 	im.msg.Meta.DataType = im.types[:0]
 	return im
 }
@@ -96,6 +111,12 @@ func Of(msg *message.Message) *Msg {
 // and the small-frame buffer is kept for the next message unless it is
 // unusually large.
 func Put(im *Msg) {
+	if !im.out.CompareAndSwap(1, 0) {
+		n := misuses.Add(1)
+		slog.Default().Error("van: a received message was released twice; the second release is ignored, but whoever made it may have read or changed another message meanwhile: release a message once, after its last use",
+			"released_twice_total", n)
+		return
+	}
 	clear(im.data[:])
 	im.msg = message.Message{}
 	if cap(im.small) > maxSmallKept {
