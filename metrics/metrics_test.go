@@ -408,6 +408,7 @@ func (f fakeStats) MalformedMessages() int64 { return f.base + 5 }
 func (f fakeStats) DroppedMessages() int64   { return f.base + 6 }
 func (f fakeStats) RejectedRequests() int64  { return f.base + 7 }
 func (f fakeStats) ReceiveHandOvers() int64  { return f.base + 8 }
+func (f fakeStats) ReleasedTwice() int64     { return f.base + 9 }
 
 func TestNodeMetrics(t *testing.T) {
 	r := NewRegistry()
@@ -435,6 +436,8 @@ func TestNodeMetrics(t *testing.T) {
 		`elasticps_dropped_messages_total{role="worker"} 16`,
 		`elasticps_rejected_requests_total{role="worker"} 17`,
 		`elasticps_receive_handovers_total{role="worker"} 18`,
+		`elasticps_messages_released_twice_total{role="worker"} 19`,
+		`elasticps_messages_released_twice_total{role="server"} 0`,
 	} {
 		assert.Contains(t, out, line+"\n")
 	}

@@ -21,6 +21,9 @@ type StatsSource interface {
 	// ReceiveHandOvers counts the times a handler held the receive loop
 	// so long that receiving went on in a new goroutine.
 	ReceiveHandOvers() int64
+	// ReleasedTwice counts received messages released twice (a bug in a
+	// consumer; see van.ReleasedTwice).
+	ReleasedTwice() int64
 }
 
 // StatsFuncs adapts loose functions to StatsSource, so that atomics can be
@@ -37,6 +40,7 @@ type StatsFuncs struct {
 	Dropped              func() int64
 	Rejected             func() int64
 	HandOvers            func() int64
+	Twice                func() int64
 }
 
 var _ StatsSource = StatsFuncs{}
@@ -72,6 +76,9 @@ func (s StatsFuncs) RejectedRequests() int64 { return call(s.Rejected) }
 // ReceiveHandOvers implements StatsSource.
 func (s StatsFuncs) ReceiveHandOvers() int64 { return call(s.HandOvers) }
 
+// ReleasedTwice implements StatsSource.
+func (s StatsFuncs) ReleasedTwice() int64 { return call(s.Twice) }
+
 // Names of the node metrics registered by NodeMetrics; each has one label,
 // role.
 const (
@@ -83,6 +90,7 @@ const (
 	MetricDroppedMessages   = "elasticps_dropped_messages_total"
 	MetricRejectedRequests  = "elasticps_rejected_requests_total"
 	MetricReceiveHandOvers  = "elasticps_receive_handovers_total"
+	MetricReleasedTwice     = "elasticps_messages_released_twice_total"
 )
 
 // NodeMetrics registers the standard node counters, labelled
@@ -107,6 +115,7 @@ func NodeMetrics(r *Registry, role string, stats StatsSource) error {
 		r.CounterFunc(MetricDroppedMessages, "Valid messages dropped because nothing was there to take them.", f(stats.DroppedMessages), roleLabel),
 		r.CounterFunc(MetricRejectedRequests, "Control requests the scheduler refused.", f(stats.RejectedRequests), roleLabel),
 		r.CounterFunc(MetricReceiveHandOvers, "Times a message handler ran on the receive goroutine so long that receiving went on in a new goroutine.", f(stats.ReceiveHandOvers), roleLabel),
+		r.CounterFunc(MetricReleasedTwice, "Received messages released twice, in the whole process (a bug in a consumer: the second release was refused); 0 in a correct program.", f(stats.ReleasedTwice), roleLabel),
 	)
 }
 

@@ -138,7 +138,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 	if err := metrics.NodeMetrics(p.reg, cfg.Role.String(), metrics.StatsFuncs{
 		MsgsSent: st.MsgsSent.Load, MsgsRecv: st.MsgsRecv.Load, BytesSent: st.BytesSent.Load,
 		BytesRecv: st.BytesRecv.Load, Malformed: st.Malformed.Load, Dropped: st.Dropped.Load,
-		Rejected: st.Rejected.Load, HandOvers: st.HandOvers.Load}); err != nil {
+		Rejected: st.Rejected.Load, HandOvers: st.HandOvers.Load, Twice: van.ReleasedTwice}); err != nil {
 		return nil, fmt.Errorf("postoffice: metrics: %w", err)
 	}
 	em, err := metrics.NewElasticMetrics(p.reg)
