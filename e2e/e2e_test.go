@@ -246,12 +246,18 @@ func TestServerKilledAndRestarted(t *testing.T) {
 // the drained server leaves and exits cleanly, the standby is released at
 // the end, the worker's sums are exact and the job finishes.
 func TestElasticDrainWithCtl(t *testing.T) {
-	port := freePort(t)
+	// Two ports the kernel handed out, not port and port+1: the next port
+	// up may be the local end of a connection (seen: the control API
+	// failed to bind, and the job never started).
+	port, ctlPort := freePort(t), freePort(t)
+	for ctlPort == port {
+		ctlPort = freePort(t)
+	}
 	signal := filepath.Join(t.TempDir(), "drained")
 	env := func(extra ...string) []string {
 		return append([]string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=1", "DMLC_PS_ROOT_URI=127.0.0.1",
 			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1", "PS_ELASTIC=1",
-			fmt.Sprintf("PS_CTL_ADDR=127.0.0.1:%d", port+1)}, extra...)
+			fmt.Sprintf("PS_CTL_ADDR=127.0.0.1:%d", ctlPort)}, extra...)
 	}
 	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
 	s0 := start(t, "server0", env("DMLC_ROLE=server"), elasticpsBin, "server")
@@ -259,13 +265,13 @@ func TestElasticDrainWithCtl(t *testing.T) {
 	worker := start(t, "worker", env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=elastic", "E2E_SIGNAL_FILE="+signal), selfExe(t))
 	worker.waitFor(t, "elastic worker pushing")
 	ctl := func(args ...string) string {
-		cmd := exec.Command(elasticpsBin, append([]string{"ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", port+1)}, args...)...)
+		cmd := exec.Command(elasticpsBin, append([]string{"ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", ctlPort)}, args...)...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "ctl %v: %s", args, out)
 		return string(out)
 	}
 	// scale-out: `ctl add` starts a standby server that joins the job
-	add := exec.Command(elasticpsBin, "ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", port+1), "add")
+	add := exec.Command(elasticpsBin, "ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", ctlPort), "add")
 	add.Env = append(cleanEnv(), env()...)
 	addOut, err := add.CombinedOutput()
 	require.NoError(t, err, "ctl add: %s", addOut)
