@@ -73,7 +73,9 @@ type Limits struct {
 func DefaultLimits() Limits { return Limits{MaxFrames: 16, MaxMessageBytes: 2 << 30} }
 
 // ReleasedTwice counts, process-wide, the releases of received messages
-// that van/zmq and van/tcp refused because the message was already back in
-// their pool: a consumer that released a message twice, or kept using one
-// it had released. It stays 0 in a correct program; tests check it.
+// that van/zmq and van/tcp refused because another release of the same
+// message had just given it back to their pool: a consumer that releases a
+// message twice at once. (A second release after the first returned does
+// nothing, unless a later Recv reused the message; that is not detected.)
+// It stays 0 in a correct program; tests check it.
 func ReleasedTwice() int64 { return recvmsg.Misuses() }

@@ -29,11 +29,13 @@ type Msg struct {
 	data  [4][]byte
 	types [4]message.DataType
 	small []byte // backing store of the small frames (see Small)
-	// out is 1 from Get to Put, so a Put of a Msg that is in the pool is
-	// refused and counted: a Msg is never in the pool twice, which would
-	// have two receivers fill it at once. A stale release (after a later
-	// Recv got the Msg again) cannot be told from a good one when it
-	// happens; the release after it finds out 0 and is counted.
+	// out is 1 from Get to Put. A Put that finds it 0 (a release racing
+	// another release of the same message) is refused and counted, so a
+	// Msg never enters the pool twice, which would have two receivers fill
+	// it at once. A release made after another one returned finds nothing
+	// to do (Put cleared the message), unless a later Recv got the Msg
+	// again: such a stale release looks like its new owner's and is not
+	// detected.
 	out atomic.Uint32
 }
 
@@ -41,8 +43,9 @@ var pool = sync.Pool{New: func() any { return new(Msg) }}
 
 var misuses atomic.Int64
 
-// Misuses counts the releases refused because the message was not out
-// (released twice): a bug in a consumer, which tests check for.
+// Misuses counts the releases refused because another release of the same
+// message had given it back already: a bug in a consumer, which tests
+// check for.
 func Misuses() int64 { return misuses.Load() }
 
 // typesOffset locates Msg.types from a Msg's address; Of uses it to
