@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,7 +56,27 @@ func testLogger() *slog.Logger {
 
 // startJob starts a scheduler, numServers servers and numWorkers worker
 // nodes and returns once every node is ready. Cleanup stops them all.
+//
+// The scheduler's port is picked free and bound a moment later; when
+// another test's node took it in between (seen under go test ./..., which
+// runs packages at once), the job is started again on another port.
 func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		j, err := tryStartJob(t, numServers, numWorkers, opt)
+		if err == nil {
+			return j
+		}
+		if attempt < 3 && strings.Contains(err.Error(), "address already in use") {
+			t.Logf("the job did not start (%v); starting it again on another port", err)
+			j.stop()
+			continue
+		}
+		t.Fatal(err)
+	}
+}
+
+func tryStartJob(t testing.TB, numServers, numWorkers int, opt jobOptions) (*job, error) {
 	t.Helper()
 	per := max(opt.customersPerWorker, 1)
 	base := postoffice.Config{
@@ -127,13 +148,13 @@ func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
 		select {
 		case err := <-errs:
 			if err != nil {
-				t.Fatal(err)
+				return j, err
 			}
 		case <-timeout:
 			t.Fatal("job did not start within 30s")
 		}
 	}
-	return j
+	return j, nil
 }
 
 func (j *job) all() []*postoffice.Postoffice {
