@@ -332,10 +332,12 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 	s.heartbeats[node.ID] = now
 	a.Connect = append(a.Connect, node)
 	a.Events = append(a.Events, fmt.Sprintf("replace dead node %s by %s", old, node))
+	// Every other node learns the new address, those that look dead too:
+	// a node whose heartbeats are only late (a loaded machine) would
+	// otherwise never hear of it and keep sending to the dead address. One
+	// message queued for a node that is really dead is harmless; its
+	// replacement gets the whole list when it registers.
 	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
-		if id != node.ID && deadSet[id] {
-			continue // nothing is sent to dead nodes
-		}
 		if s.IsAlias(id) {
 			continue
 		}

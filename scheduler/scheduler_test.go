@@ -211,16 +211,43 @@ func TestDeadNodesAndRecovery(t *testing.T) {
 		t.Fatalf("recovery actions: %+v", a)
 	}
 	// Full list to the recovered node, the one node to the others.
-	got := map[int32]int{}
-	for _, m := range a.Send {
-		got[m.Meta.Recver] = len(m.Meta.Control.Nodes)
-	}
+	got := nodesSentTo(a)
 	if got[10] != 4 || got[8] != 1 || got[9] != 1 || len(got) != 3 {
 		t.Fatalf("recovery sends %v", got)
 	}
 	if d := s.DeadNodes(now, 10*time.Second); len(d) != 0 {
 		t.Fatalf("still dead after recovery: %v", d)
 	}
+}
+
+// A node whose heartbeats are late when another node recovers still gets
+// the new address: otherwise it would keep sending to the dead one, though
+// it is alive (seen as a flaky postoffice.TestServerRecovery under load).
+func TestRecoveryReachesNodesThatLookDead(t *testing.T) {
+	s := ready(t, 2, 1) // servers 8 (port 6000), 10 (6001); worker 9 (6002)
+	s.Heartbeat(t0.Add(8*time.Second), 8)
+	now := t0.Add(15 * time.Second) // 10 and 9 have been silent for 15 s
+	if d := s.DeadNodes(now, 10*time.Second); !equal(d, []int32{9, 10}) {
+		t.Fatalf("dead = %v, want [9 10]", d)
+	}
+	a := s.AddNode(now, message.Empty, node(message.RoleServer, "127.0.0.1", 7001))
+	if len(a.Connect) != 1 || a.Connect[0].ID != 10 {
+		t.Fatalf("recovery actions: %+v", a)
+	}
+	got := nodesSentTo(a)
+	if got[10] != 4 || got[8] != 1 || got[9] != 1 || len(got) != 3 {
+		t.Fatalf("recovery sends %v, want the full list to 10 and the new node to 8 and to 9", got)
+	}
+}
+
+// nodesSentTo maps each recipient of a's messages to the number of nodes
+// its node list carries.
+func nodesSentTo(a Actions) map[int32]int {
+	got := map[int32]int{}
+	for _, m := range a.Send {
+		got[m.Meta.Recver] = len(m.Meta.Control.Nodes)
+	}
+	return got
 }
 
 func TestHeartbeatReply(t *testing.T) {
@@ -313,10 +340,7 @@ func TestStandbyJoin(t *testing.T) {
 	if len(a.Connect) != 1 || a.Connect[0].ID != 12 {
 		t.Fatalf("standby connect %+v", a.Connect)
 	}
-	got := map[int32]int{}
-	for _, m := range a.Send {
-		got[m.Meta.Recver] = len(m.Meta.Control.Nodes)
-	}
+	got := nodesSentTo(a)
 	if got[12] != 5 || got[8] != 1 || got[10] != 1 || got[9] != 1 {
 		t.Fatalf("standby announcements %v", got)
 	}
