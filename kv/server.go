@@ -218,7 +218,7 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 	if err != nil && err.Error() != "" {
 		msg = err.Error()
 	}
-	m := s.responseTo(meta, &message.Message{})
+	m := s.responseTo(meta, &message.Message{Meta: message.NewMeta()})
 	m.Meta.Body = []byte(msg)
 	return s.send(m)
 }
@@ -240,10 +240,9 @@ func (s *Server) closeInflight(meta ReqMeta) {
 	}
 }
 
+// responseTo fills in m, whose Meta holds ps-lite's defaults
+// (message.NewMeta, as newOutMsg leaves it), as the response to meta.
 func (s *Server) responseTo(meta ReqMeta, m *message.Message) *message.Message {
-	dt := m.Meta.DataType // keep an outMsg's own array
-	m.Meta = message.NewMeta()
-	m.Meta.DataType = dt
 	m.Meta.AppID = s.c.appID
 	m.Meta.CustomerID = meta.CustomerID
 	m.Meta.Request = false
