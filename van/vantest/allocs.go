@@ -8,6 +8,16 @@ import (
 	"github.com/elasticps/elasticps/message"
 )
 
+// RequireRoundTripsDoNotAllocate fails t unless RoundTripAllocs is 0 for
+// values of 100 B, 4 KB, 256 KB and 4 MB (small frames, a frame below and
+// one above van/zmq's zero-copy receive size, a large pooled frame).
+func RequireRoundTripsDoNotAllocate(t *testing.T, f Factory) {
+	for _, size := range []int{100, 4 << 10, 256 << 10, 4 << 20} {
+		allocs := RoundTripAllocs(t, f, size)
+		require.Zero(t, allocs, "allocations per round trip of %d value bytes", size)
+	}
+}
+
 // RoundTripAllocs returns the heap allocations, process-wide, of one
 // steady-state KV exchange with size value bytes each way: the worker
 // sends a push request, the server receives it, answers from buffers of
