@@ -62,6 +62,14 @@ func testLogger() *slog.Logger {
 // runs packages at once), the job is started again on another port.
 func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
 	t.Helper()
+	// Registered before the job's stop, so it runs after it: a message
+	// released twice shows here, whatever the test itself checks.
+	twice := van.ReleasedTwice()
+	t.Cleanup(func() {
+		if n := van.ReleasedTwice() - twice; n > 0 {
+			t.Errorf("%d received messages were released twice during this test (see the van's error log)", n)
+		}
+	})
 	for attempt := 1; ; attempt++ {
 		j, err := tryStartJob(t, numServers, numWorkers, opt)
 		if err == nil {
@@ -110,14 +118,6 @@ func tryStartJob(t testing.TB, numServers, numWorkers int, opt jobOptions) (*job
 	for range numWorkers {
 		j.workers = append(j.workers, newNode(message.RoleWorker))
 	}
-	// Registered before stop, so it runs after it: a message released
-	// twice shows here, whatever the test itself checks.
-	twice := van.ReleasedTwice()
-	t.Cleanup(func() {
-		if n := van.ReleasedTwice() - twice; n > 0 {
-			t.Errorf("%d received messages were released twice during this test (see the van's error log)", n)
-		}
-	})
 	t.Cleanup(j.stop)
 
 	type startCall struct {
