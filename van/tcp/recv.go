@@ -27,6 +27,12 @@ const (
 	startBufSize   = 16 << 10
 	maxBufSize     = 256 << 10
 	shortsToShrink = 4
+
+	// leanRead bounds the reads of a connection whose last message had a
+	// frame read directly: enough for the next message's header, meta and
+	// small frames, so that little of its large frame lands in the read
+	// buffer only to be copied out again.
+	leanRead = 4 << 10
 )
 
 var (
@@ -137,8 +143,11 @@ type reader struct {
 	r, w   int // unread bytes are buf[r:w]
 	want   int // buffer size to switch to when it is next empty
 	shorts int // consecutive short reads
-	lens   []uint32
-	lim    van.Limits
+	// lean: the last message had a frame of directReadMin bytes or more,
+	// so the stream carries large frames; reads stop at leanRead bytes.
+	lean bool
+	lens []uint32
+	lim  van.Limits
 }
 
 // fill makes at least n bytes readable in buf[r:w].
@@ -163,10 +172,16 @@ func (rd *reader) fill(n int) error {
 		rd.r = 0
 	}
 	for rd.w-rd.r < n {
-		free := len(rd.buf) - rd.w
-		m, err := rd.c.Read(rd.buf[rd.w:])
+		end := len(rd.buf)
+		if rd.lean {
+			end = min(end, rd.r+max(n, leanRead))
+		}
+		free := end - rd.w
+		m, err := rd.c.Read(rd.buf[rd.w:end])
 		rd.w += m
-		rd.adapt(m, free)
+		if !rd.lean {
+			rd.adapt(m, free)
+		}
 		if err != nil {
 			if rd.w-rd.r >= n {
 				return nil
@@ -278,6 +293,7 @@ func (rd *reader) next() (*message.Message, error) {
 	}
 	msg.Data = im.Frames(n - 1)
 	off := 0
+	rd.lean = false
 	for _, l := range lens[1:] {
 		size := int(l)
 		switch {
@@ -295,6 +311,7 @@ func (rd *reader) next() (*message.Message, error) {
 		default:
 			// Straight from the socket into the frame's own buffer: the
 			// kernel's copy is the only one.
+			rd.lean = true
 			f := getBuf(size)
 			k := copy(f, rd.buf[rd.r:rd.w])
 			rd.r += k
