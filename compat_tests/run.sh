@@ -134,10 +134,10 @@ bench_van=zmq
 case " ${COMPAT_ENV:-} " in *" DMLC_ENABLE_RDMA=fabric "*) bench_van=fabric ;; esac
 if [ -z "$FILTER" ] || [[ "test_benchmark" == *"$FILTER"* ]]; then
   log="$BIN_DIR/logs/test_benchmark.log" start=$SECONDS
-  if timeout "$TIMEOUT" "$LAUNCHER" bench --van "$bench_van" --topo 1x1,2x2 --ops 20 --cxx "c++=./$BIN_DIR/test_benchmark" >"$log" 2>&1; then
+  if timeout "$TIMEOUT" "$LAUNCHER" bench --van "$bench_van" --topo 1x1,2x2 --ops 20 --go-thread --cxx "c++=./$BIN_DIR/test_benchmark" >"$log" 2>&1; then
     pass=$((pass + 1))
     printf 'PASS  %-44s %3ds\n' "test_benchmark-1x1,2x2" $((SECONDS - start))
-    grep -E "c\+\+" "$log" | sed 's/^/      /'
+    grep -E "c\+\+|go-thread" "$log" | sed 's/^/      /'
   else
     fail=$((fail + 1))
     failed+=("test_benchmark")

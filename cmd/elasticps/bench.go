@@ -34,6 +34,7 @@ type benchOptions struct {
 	json     bool
 	profile  string
 	cxx      []cxxNodes // C++ node programs to compare with the Go nodes (--cxx)
+	goThread bool       // also run Go nodes whose workers loop on a locked OS thread
 }
 
 const benchUsage = `usage: elasticps bench [flags]
@@ -66,6 +67,7 @@ func parseBenchArgs(args []string) (benchOptions, error) {
 	fs.IntVar(&o.repeat, "repeat", 1, "run the whole matrix this many times and report medians")
 	fs.BoolVar(&o.json, "json", false, "print results as JSON instead of a table")
 	fs.StringVar(&o.profile, "cpuprofile", "", "write CPU profiles to PREFIX-<van>-<SxW>-<role><index>.pprof")
+	fs.BoolVar(&o.goThread, "go-thread", false, "also run the Go nodes with each worker's loop on its own locked OS thread, as a C++ program's thread is (rows labelled "+goThreadLabel+"): what a caller's own thread costs, bridge aside")
 	fs.Func("cxx", "[LABEL=]PROGRAM: also run every cell with this C++ program as servers and workers and compare it with the Go nodes; repeatable. compat_tests/build/test_benchmark is the program built against the bridge (label c++); the same source built against dmlc ps-lite measures ps-lite itself", func(v string) error {
 		label, path, ok := strings.Cut(v, "=")
 		if !ok {
@@ -74,7 +76,7 @@ func parseBenchArgs(args []string) (benchOptions, error) {
 		if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
 			return fmt.Errorf("%q is not an executable program; build it with 'make -C compat_tests' (build/test_benchmark)", path)
 		}
-		if label == "" || strings.ContainsAny(label, " \t") {
+		if label == "" || label == goThreadLabel || strings.ContainsAny(label, " \t") {
 			return fmt.Errorf("label %q: use a short name without spaces, e.g. c++ or ps-lite", label)
 		}
 		o.cxx = append(o.cxx, cxxNodes{label: label, program: path})
@@ -187,8 +189,15 @@ func (r *benchResult) label() string {
 	return r.Van
 }
 
-// cxxNodes is a C++ node program of --cxx and its label.
-type cxxNodes struct{ label, program string }
+// cxxNodes is a C++ node program of --cxx and its label, or (lockThread)
+// the Go nodes with --go-thread.
+type cxxNodes struct {
+	label, program string
+	lockThread     bool
+}
+
+// goThreadLabel labels the rows of --go-thread.
+const goThreadLabel = "go-thread"
 
 // runBench is 'elasticps bench'.
 func runBench(ctx context.Context, args []string) error {
@@ -218,7 +227,11 @@ func runBench(ctx context.Context, args []string) error {
 	var order []*benchResult
 	// Each topology's C++ jobs run right after its Go job, so that their
 	// ratios compare runs close in time on this noisy machine.
-	kinds := append([]cxxNodes{{}}, o.cxx...)
+	kinds := []cxxNodes{{}}
+	if o.goThread {
+		kinds = append(kinds, cxxNodes{label: goThreadLabel, lockThread: true})
+	}
+	kinds = append(kinds, o.cxx...)
 	for rep := range o.repeat {
 		for _, van := range o.vans {
 			for _, topo := range o.topos {
@@ -230,7 +243,7 @@ func runBench(ctx context.Context, args []string) error {
 					if o.repeat > 1 {
 						label += fmt.Sprintf(" run %d/%d", rep+1, o.repeat)
 					}
-					nodes := benchNodes{exe: exe, program: kind.program}
+					nodes := benchNodes{exe: exe, program: kind.program, lockThread: kind.lockThread}
 					reports, err := runBenchJob(ctx, nodes, o, van, topo, cells, func(i, n int, name string) {
 						prog.update(fmt.Sprintf("[%s] cell %d/%d: %s", label, i, n, name))
 					})
@@ -305,12 +318,13 @@ func aggregate(reps []benchReport) (float64, *hist, int64) {
 // bench-node role everywhere, or a C++ program (see --cxx) as servers
 // and workers under this executable's scheduler.
 type benchNodes struct {
-	exe     string
-	program string // "" = Go nodes
+	exe        string
+	program    string // "" = Go nodes
+	lockThread bool   // Go workers loop on a locked OS thread (--go-thread)
 }
 
 func runBenchJob(ctx context.Context, nodes benchNodes, o benchOptions, van string, topo [2]int, cells []benchCell, progress func(i, n int, name string)) ([][]benchReport, error) {
-	plan := benchPlan{Van: van, Cells: cells, Duration: o.duration, Ops: o.count, Depth: o.depth}
+	plan := benchPlan{Van: van, Cells: cells, Duration: o.duration, Ops: o.count, Depth: o.depth, LockThread: nodes.lockThread}
 	if o.profile != "" {
 		plan.Profile = fmt.Sprintf("%s-%s-%dx%d", o.profile, van, topo[0], topo[1])
 	}
@@ -462,8 +476,8 @@ func printBenchTable(w io.Writer, rs []*benchResult, o benchOptions) {
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
-	if len(o.cxx) > 0 {
-		fmt.Fprintf(w, "\nvs go: a C++ row's goodput and mean latency over the Go nodes' of the same van, topology and runs (MB/s > 1 or lat < 1: faster than elasticps's Go nodes)\n")
+	if len(o.cxx) > 0 || o.goThread {
+		fmt.Fprintf(w, "\nvs go: a labelled row's (C++ program, or go-thread) goodput and mean latency over the Go nodes' of the same van, topology and runs (MB/s > 1 or lat < 1: faster than elasticps's Go nodes)\n")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ type benchPlan struct {
 	Ops      int           `json:"ops"`      // per cell and worker; 0: use Duration
 	Depth    int           `json:"depth"`    // operations in flight in pipe cells
 	Profile  string        `json:"profile"`  // CPU profile file prefix; "" = none
+	// LockThread runs each worker's loop on a locked OS thread, where a
+	// blocked Wait parks the thread as a C++ caller's does (--go-thread).
+	LockThread bool `json:"lock_thread,omitempty"`
 }
 
 // benchCell is one measurement: a value size, push or pull, sequential or
@@ -131,6 +135,10 @@ func runBenchNode(ctx context.Context) error {
 		defer w.Close()
 		if err := po.StartWithBarrier(0); err != nil {
 			return err
+		}
+		if plan.LockThread {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 		}
 		if err := benchWorker(po, w, plan); err != nil {
 			return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -77,6 +78,15 @@ func TestParseBenchArgs(t *testing.T) {
 	assert.Equal(t, []string{"pipe"}, o.modes)
 	assert.Equal(t, []string{"pull"}, o.ops)
 	assert.True(t, o.json)
+	assert.False(t, o.goThread)
+
+	o, err = parseBenchArgs([]string{"--go-thread"})
+	require.NoError(t, err)
+	assert.True(t, o.goThread)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	_, err = parseBenchArgs([]string{"--cxx", goThreadLabel + "=" + exe})
+	assert.ErrorContains(t, err, "label", "the --go-thread rows' label is taken")
 
 	for _, bad := range [][]string{
 		{"--van", "rdma"}, {"--topo", "2"}, {"--topo", "0x1"}, {"--sizes", "big"},
