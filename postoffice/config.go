@@ -44,6 +44,10 @@ type Config struct {
 	BindAll bool
 	// WaterMark is ZMQ_SNDHWM for peer sockets (DMLC_PS_WATER_MARK); 0 = default.
 	WaterMark int
+	// KeepMalloc leaves glibc malloc's thresholds alone, which the ZeroMQ
+	// van otherwise raises for the process (PS_ZMQ_TUNE_MALLOC=0; see
+	// zmq.Config.KeepMalloc).
+	KeepMalloc bool
 	// Verbose is the log level (PS_VERBOSE): 1 logs connections, 2 every message.
 	Verbose int
 	// HeartbeatInterval between node->scheduler heartbeats
@@ -200,6 +204,11 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.WaterMark, err = optionalInt(get, "DMLC_PS_WATER_MARK", 0, 0, "a message count >= 0"); err != nil {
 		return c, err
 	}
+	tune, err := optionalInt(get, "PS_ZMQ_TUNE_MALLOC", 1, 0, "0 or 1")
+	if err != nil {
+		return c, err
+	}
+	c.KeepMalloc = tune == 0
 	if c.Verbose, err = optionalInt(get, "PS_VERBOSE", 0, 0, "0, 1 or 2"); err != nil {
 		return c, err
 	}

@@ -36,8 +36,12 @@ func TestConfigFromEnv(t *testing.T) {
 	if c.Role != message.RoleWorker || c.NumWorkers != 2 || c.NumServers != 1 || c.SchedulerPort != 9091 ||
 		c.HeartbeatInterval != 2*time.Second || c.HeartbeatTimeout != 5*time.Second || !c.Resend ||
 		c.ResendTimeout != time.Second || c.Verbose != 2 || !c.Local || c.Port != 7777 || c.NodeHost != "127.0.0.1" ||
-		c.InlineHandOver != 500*time.Microsecond {
+		c.InlineHandOver != 500*time.Microsecond || c.KeepMalloc {
 		t.Fatalf("unexpected config %+v", c)
+	}
+	env["PS_ZMQ_TUNE_MALLOC"] = "0"
+	if c, err = ConfigFromEnv(envOf(env)); err != nil || !c.KeepMalloc {
+		t.Fatalf("PS_ZMQ_TUNE_MALLOC=0: KeepMalloc %v, err %v; want true, nil", c.KeepMalloc, err)
 	}
 }
 
@@ -57,6 +61,7 @@ func TestConfigFromEnvErrors(t *testing.T) {
 		{"bad heartbeat", "PS_HEARTBEAT_INTERVAL", "1s", "PS_HEARTBEAT_INTERVAL", "seconds"},
 		{"bad hand-over", "PS_INLINE_HANDOVER_US", "-2", "PS_INLINE_HANDOVER_US", "-1 to run every handler on its customer's goroutine"},
 		{"bad van", "DMLC_PS_VAN_TYPE", "carrier-pigeon", "DMLC_PS_VAN_TYPE", "zmq"},
+		{"bad malloc tuning", "PS_ZMQ_TUNE_MALLOC", "yes", "PS_ZMQ_TUNE_MALLOC", "0 or 1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 func NewTransport(cfg Config) (van.Transport, error) {
 	switch cfg.VanType {
 	case "", "zmq":
-		return zmq.New(zmq.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll, Logger: cfg.logger()})
+		return zmq.New(zmq.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll, KeepMalloc: cfg.KeepMalloc, Logger: cfg.logger()})
 	case "tcp":
 		return tcp.New(tcp.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll, Logger: cfg.logger()})
 	case "ibverbs", "fabric":

@@ -92,6 +92,17 @@ type Config struct {
 	// every frame.
 	ZeroCopyRecvMin int
 
+	// KeepMalloc leaves the process's malloc settings alone. By default
+	// the first New raises glibc malloc's mmap threshold to 32 MiB and its
+	// trim threshold to 64 MiB, for the whole process, unless the
+	// environment sets either (MALLOC_MMAP_THRESHOLD_,
+	// MALLOC_TRIM_THRESHOLD_, or those in GLIBC_TUNABLES): libzmq mallocs
+	// every received message, and with glibc's defaults large messages in
+	// flight cost fresh pages each (malloc.go). The price is that up to
+	// 64 MiB of freed memory per malloc arena stays with the process.
+	// Default false.
+	KeepMalloc bool
+
 	// Logger receives debug logs of binds and connects. Default
 	// slog.Default().
 	Logger *slog.Logger

@@ -1,6 +1,9 @@
 #include "shim.h"
 
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,4 +175,32 @@ zmq_msg_t *eps_in_keep(eps_in *in, int i) {
 void eps_kept_close(zmq_msg_t *m) {
 	zmq_msg_close(m);
 	free(m);
+}
+
+int eps_tune_malloc(size_t mmap_threshold, size_t trim_threshold) {
+#ifdef __GLIBC__
+	return mallopt(M_MMAP_THRESHOLD, (int)mmap_threshold) == 1 &&
+	       mallopt(M_TRIM_THRESHOLD, (int)trim_threshold) == 1;
+#else
+	(void)mmap_threshold;
+	(void)trim_threshold;
+	return 0;
+#endif
+}
+
+long eps_mmapped_chunks(size_t n) {
+#ifdef __GLIBC__
+	size_t before = mallinfo2().hblks;
+	char *p = malloc(n);
+	if (p == NULL) {
+		return -1;
+	}
+	memset(p, 1, n);
+	size_t during = mallinfo2().hblks;
+	free(p);
+	return (long)during - (long)before;
+#else
+	(void)n;
+	return -1;
+#endif
 }

@@ -92,4 +92,15 @@ zmq_msg_t *eps_in_keep(eps_in *in, int i);
 // eps_kept_close closes and frees a message eps_in_keep returned.
 void eps_kept_close(zmq_msg_t *m);
 
+// eps_tune_malloc sets glibc malloc's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD
+// (see malloc.go). It returns 1 if both were set, 0 if this C library is
+// not glibc or refused a value.
+int eps_tune_malloc(size_t mmap_threshold, size_t trim_threshold);
+
+// eps_mmapped_chunks allocates n bytes, touches them and frees them again,
+// and returns by how many that block raised the number of chunks glibc's
+// malloc held as separate mappings (mallinfo2's hblks): 1 if it was mapped
+// afresh, 0 if it came from a heap; -1 if not glibc. For tests.
+long eps_mmapped_chunks(size_t n);
+
 #endif

@@ -103,6 +103,9 @@ func New(cfg Config) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.KeepMalloc {
+		tuneMalloc(cfg.Logger)
+	}
 	ctx, err := newContext()
 	if err != nil {
 		return nil, fmt.Errorf("van/zmq: new context: %w", err)
