@@ -166,7 +166,7 @@ func newBenchHandler(plan benchPlan, servers int) *benchHandler {
 	}
 	h := &benchHandler{vals: make([]byte, maxPart)}
 	for i := range h.vals {
-		h.vals[i] = byte(i*7 + 3) // the pattern C++ bench workers check (compat_tests/test_benchmark.cc)
+		h.vals[i] = benchPattern(i)
 	}
 	return h
 }
@@ -214,6 +214,9 @@ func benchWorker(po *postoffice.Postoffice, w *kv.Worker, plan benchPlan) error 
 			return fmt.Errorf("bench cell %s: %w", cell.name(), err)
 		}
 		elapsed := time.Since(start)
+		if err := r.check(); err != nil {
+			return fmt.Errorf("bench cell %s: %w", cell.name(), err)
+		}
 		line, err := json.Marshal(benchReport{Cell: i, Rank: rank, Ops: h.N, Bytes: h.N * int64(cell.Size),
 			ElapsedNS: int64(elapsed), Hist: h.pairs(), SumNS: h.Sum})
 		if err != nil {
@@ -253,6 +256,23 @@ func (r *benchRun) init() {
 			r.dsts = append(r.dsts, make([]byte, r.cell.Size))
 		}
 	}
+}
+
+// check compares the bytes of every pull destination with what the bench
+// servers send (benchPattern of each server's part); pushes have nothing
+// to check.
+func (r *benchRun) check() error {
+	part := r.cell.Size / r.servers
+	for slot, dst := range r.dsts {
+		for k := range r.servers {
+			for i := range part {
+				if got, want := dst[k*part+i], benchPattern(i); got != want {
+					return fmt.Errorf("pulled byte %d of server %d's part (slot %d) is %d, want %d: the reply's bytes are wrong", i, k, slot, got, want)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func (r *benchRun) issue(slot int) (int32, error) {
@@ -344,3 +364,7 @@ func parseSize(s string) (int, error) {
 	}
 	return n * mult, nil
 }
+
+// benchPattern is byte i of every bench server's reply to a pull, which
+// the Go and the C++ bench workers (compat_tests/test_benchmark.cc) check.
+func benchPattern(i int) byte { return byte(i*7 + 3) }
