@@ -113,11 +113,13 @@ type Config struct {
 // than pinning the frame and taking its release record back.
 const DefaultZeroCopySendMin = 1 << 10
 
-// DefaultZeroCopyRecvMin is Config.ZeroCopyRecvMin's default: from about
-// there the copy out of libzmq is a measurable share of a round trip
-// (docs/performance.md), while smaller frames arrive inside libzmq's shared
+// DefaultZeroCopyRecvMin is Config.ZeroCopyRecvMin's default. Frames this
+// large arrive in a malloc'd buffer of their own, and copying one out costs
+// more than keeping its zmq message open: lowered from 256 KiB, the 128 KB
+// frames of the bench's 2x2 256 KB cells went 1.04x-1.18x faster
+// (docs/performance.md). Small frames arrive inside libzmq's shared
 // decoder buffer, unaligned, and are copied anyway.
-const DefaultZeroCopyRecvMin = 256 << 10
+const DefaultZeroCopyRecvMin = 64 << 10
 
 // ErrNoCgo is returned by New in builds without cgo, where libzmq cannot be
 // called.
