@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/launcher"
 	"github.com/stretchr/testify/require"
 )
@@ -186,26 +187,18 @@ func (p *proc) wait(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // A server process is killed mid-job and restarted: the new process takes
 // the dead server's id (is_recovery), the worker reaches it and the job
 // finishes. A garbage frame sent to the scheduler on the way is rejected
 // and the scheduler keeps serving.
 func TestServerKilledAndRestarted(t *testing.T) {
-	port := freePort(t)
+	port := porttest.Free(t)
 	signal := filepath.Join(t.TempDir(), "recovered")
 	common := []string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=1", "DMLC_PS_ROOT_URI=127.0.0.1",
 		fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
 		"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_VERBOSE=1"}
 	env := func(extra ...string) []string { return append(append([]string{}, common...), extra...) }
-	p0, p1 := freePort(t), freePort(t)
+	p0, p1 := porttest.Free(t), porttest.Free(t)
 	if p0 > p1 {
 		p0, p1 = p1, p0 // server rank 1 is the higher port
 	}
@@ -249,9 +242,9 @@ func TestElasticDrainWithCtl(t *testing.T) {
 	// Two ports the kernel handed out, not port and port+1: the next port
 	// up may be the local end of a connection (seen: the control API
 	// failed to bind, and the job never started).
-	port, ctlPort := freePort(t), freePort(t)
+	port, ctlPort := porttest.Free(t), porttest.Free(t)
 	for ctlPort == port {
-		ctlPort = freePort(t)
+		ctlPort = porttest.Free(t)
 	}
 	signal := filepath.Join(t.TempDir(), "drained")
 	env := func(extra ...string) []string {

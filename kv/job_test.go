@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
@@ -37,16 +36,6 @@ type jobOptions struct {
 	inlineHandOver time.Duration
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 func testLogger() *slog.Logger {
 	if os.Getenv("KV_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -70,18 +59,7 @@ func startJob(t testing.TB, numServers, numWorkers int, opt jobOptions) *job {
 			t.Errorf("%d received messages were released twice during this test (see the van's error log)", n)
 		}
 	})
-	for attempt := 1; ; attempt++ {
-		j, err := tryStartJob(t, numServers, numWorkers, opt)
-		if err == nil {
-			return j
-		}
-		if attempt < 3 && strings.Contains(err.Error(), "address already in use") {
-			t.Logf("the job did not start (%v); starting it again on another port", err)
-			j.stop()
-			continue
-		}
-		t.Fatal(err)
-	}
+	return porttest.StartRetrying(t, func() (*job, error) { return tryStartJob(t, numServers, numWorkers, opt) }, (*job).stop)
 }
 
 func tryStartJob(t testing.TB, numServers, numWorkers int, opt jobOptions) (*job, error) {
@@ -91,7 +69,7 @@ func tryStartJob(t testing.TB, numServers, numWorkers int, opt jobOptions) (*job
 		NumWorkers:    numWorkers * per,
 		NumServers:    numServers,
 		SchedulerHost: "127.0.0.1",
-		SchedulerPort: freePort(t),
+		SchedulerPort: porttest.Free(t),
 		NodeHost:      "127.0.0.1",
 		Logger:        testLogger(),
 

@@ -5,11 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van/vantest/anyvan"
 	"github.com/elasticps/elasticps/van/zmq"
@@ -22,14 +22,6 @@ type testJob struct {
 	sched   *Postoffice
 	servers []*Postoffice
 	workers []*Postoffice
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -55,25 +47,16 @@ func newNode(t *testing.T, role message.Role, ns, nw, port int, mod func(*Config
 // packages at once), the job is started again on another port.
 func startJob(t *testing.T, ns, nw int, mod func(*Config)) *testJob {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		j, err := tryStartJob(t, ns, nw, mod)
-		if err == nil {
-			return j
+	return porttest.StartRetrying(t, func() (*testJob, error) { return tryStartJob(t, ns, nw, mod) }, func(j *testJob) {
+		for _, p := range j.all() {
+			p.Stop()
 		}
-		if attempt < 3 && strings.Contains(err.Error(), "address already in use") {
-			t.Logf("the job did not start (%v); starting it again on another port", err)
-			for _, p := range j.all() {
-				p.Stop()
-			}
-			continue
-		}
-		require.NoError(t, err)
-	}
+	})
 }
 
 func tryStartJob(t *testing.T, ns, nw int, mod func(*Config)) (*testJob, error) {
 	t.Helper()
-	port := freePort(t)
+	port := porttest.Free(t)
 	j := &testJob{sched: newNode(t, message.RoleScheduler, ns, nw, port, mod)}
 	for range ns {
 		j.servers = append(j.servers, newNode(t, message.RoleServer, ns, nw, port, mod))
@@ -270,8 +253,8 @@ func (f acceptFunc) Accept(m *message.Message) { f(m) }
 func TestGossipFailureDetection(t *testing.T) {
 	var gossip int
 	gp := func(c *Config) { c.GossipPort = gossip }
-	port := freePort(t)
-	gossip = freePort(t)
+	port := porttest.Free(t)
+	gossip = porttest.Free(t)
 	sched := newNode(t, message.RoleScheduler, 2, 1, port, gp)
 	s0 := newNode(t, message.RoleServer, 2, 1, port, gp)
 	s1 := newNode(t, message.RoleServer, 2, 1, port, gp)
