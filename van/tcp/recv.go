@@ -110,8 +110,7 @@ func (t *Transport) readLoop(c net.Conn) {
 		}
 		return
 	}
-	rd := &reader{c: c, buf: make([]byte, startBufSize), want: startBufSize,
-		lens: make([]uint32, t.cfg.Limits.MaxFrames+1), lim: t.cfg.Limits}
+	rd := newReader(c, t.cfg.Limits)
 	for {
 		msg, err := rd.next()
 		if err != nil {
@@ -148,6 +147,12 @@ type reader struct {
 	lean bool
 	lens []uint32
 	lim  van.Limits
+}
+
+// newReader returns a reader of c's messages within lim.
+func newReader(c net.Conn, lim van.Limits) *reader {
+	return &reader{c: c, buf: make([]byte, startBufSize), want: startBufSize,
+		lens: make([]uint32, lim.MaxFrames+1), lim: lim}
 }
 
 // fill makes at least n bytes readable in buf[r:w].

@@ -74,8 +74,7 @@ func TestLargeFramesBypassReadBuffer(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 
-	rd := &reader{buf: make([]byte, startBufSize), want: startBufSize,
-		lens: make([]uint32, 17), lim: van.Limits{MaxFrames: 16, MaxMessageBytes: 1 << 30}}
+	rd := newReader(nil, van.Limits{MaxFrames: 16, MaxMessageBytes: 1 << 30})
 	cc := &bufferCountingConn{Conn: c, rd: rd}
 	rd.c = cc
 	for i, want := range msgs {
