@@ -33,7 +33,7 @@ type benchOptions struct {
 	repeat   int
 	json     bool
 	profile  string
-	cxx      []cxxNodes // C++ node programs to compare with the Go nodes (--cxx)
+	cxx      []nodeKind // C++ node programs to compare with the Go nodes (--cxx)
 	goThread bool       // also run Go nodes whose workers loop on a locked OS thread
 }
 
@@ -79,7 +79,7 @@ func parseBenchArgs(args []string) (benchOptions, error) {
 		if label == "" || label == goThreadLabel || strings.ContainsAny(label, " \t") {
 			return fmt.Errorf("label %q: use a short name without spaces, e.g. c++ or ps-lite", label)
 		}
-		o.cxx = append(o.cxx, cxxNodes{label: label, program: path})
+		o.cxx = append(o.cxx, nodeKind{label: label, program: path})
 		return nil
 	})
 	if err := fs.Parse(args); err != nil {
@@ -189,11 +189,13 @@ func (r *benchResult) label() string {
 	return r.Van
 }
 
-// cxxNodes is a C++ node program of --cxx and its label, or (lockThread)
-// the Go nodes with --go-thread.
-type cxxNodes struct {
-	label, program string
-	lockThread     bool
+// nodeKind is what the servers and workers of a bench job run, and the
+// label of its rows: the Go nodes (label ""), the Go nodes with their
+// workers on locked OS threads (--go-thread), or a C++ program (--cxx).
+type nodeKind struct {
+	label      string
+	program    string // "" = Go nodes (this executable's bench-node role)
+	lockThread bool   // Go workers loop on a locked OS thread
 }
 
 // goThreadLabel labels the rows of --go-thread.
@@ -227,9 +229,9 @@ func runBench(ctx context.Context, args []string) error {
 	var order []*benchResult
 	// Each topology's C++ jobs run right after its Go job, so that their
 	// ratios compare runs close in time on this noisy machine.
-	kinds := []cxxNodes{{}}
+	kinds := []nodeKind{{}}
 	if o.goThread {
-		kinds = append(kinds, cxxNodes{label: goThreadLabel, lockThread: true})
+		kinds = append(kinds, nodeKind{label: goThreadLabel, lockThread: true})
 	}
 	kinds = append(kinds, o.cxx...)
 	for rep := range o.repeat {
@@ -243,7 +245,7 @@ func runBench(ctx context.Context, args []string) error {
 					if o.repeat > 1 {
 						label += fmt.Sprintf(" run %d/%d", rep+1, o.repeat)
 					}
-					nodes := benchNodes{exe: exe, program: kind.program, lockThread: kind.lockThread}
+					nodes := benchNodes{exe: exe, nodeKind: kind}
 					reports, err := runBenchJob(ctx, nodes, o, van, topo, cells, func(i, n int, name string) {
 						prog.update(fmt.Sprintf("[%s] cell %d/%d: %s", label, i, n, name))
 					})
@@ -312,16 +314,16 @@ func aggregate(reps []benchReport) (float64, *hist, int64) {
 	return mbps, h, ops
 }
 
+// benchNodes says which programs a bench job runs: this executable (its
+// scheduler, and its bench-node role unless kind names a C++ program) and
+// kind.
+type benchNodes struct {
+	exe string
+	nodeKind
+}
+
 // runBenchJob runs one local job (one van, one topology) through every cell
 // and returns the workers' reports per cell.
-// benchNodes says which programs a bench job runs: this executable's
-// bench-node role everywhere, or a C++ program (see --cxx) as servers
-// and workers under this executable's scheduler.
-type benchNodes struct {
-	exe        string
-	program    string // "" = Go nodes
-	lockThread bool   // Go workers loop on a locked OS thread (--go-thread)
-}
 
 func runBenchJob(ctx context.Context, nodes benchNodes, o benchOptions, van string, topo [2]int, cells []benchCell, progress func(i, n int, name string)) ([][]benchReport, error) {
 	plan := benchPlan{Van: van, Cells: cells, Duration: o.duration, Ops: o.count, Depth: o.depth, LockThread: nodes.lockThread}
