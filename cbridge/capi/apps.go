@@ -277,15 +277,69 @@ func (a *app) simpleRequest(head int32, body []byte, group int) (int32, error) {
 	return ts, err
 }
 
-// workerOp is one KVWorker operation that reports its completion.
+// workerOp is one KVWorker operation that reports its completion. They
+// are recycled (workerOps), each with its kv callbacks bound once, so that
+// an operation allocates none of them.
 type workerOp struct {
+	a    *app
 	ctx  unsafe.Pointer
 	vals []byte
 	// inPlace: vals is the C++ destination and the reply its first n bytes
-	inPlace bool
-	n       int
-	lens    []int32
-	err     error
+	inPlace    bool
+	n          int
+	lens       []int32
+	err        error
+	push, pull bool
+	nkeys      int
+	// done and failed are kv.Options.Callback and OnError: op.finish and
+	// op.fail, bound when the op was made.
+	done   func()
+	failed func(error)
+}
+
+var workerOps sync.Pool
+
+// newWorkerOp returns a cleared op for an operation of a with completion
+// context ctx.
+func newWorkerOp(a *app, ctx unsafe.Pointer, push, pull bool, nkeys int) *workerOp {
+	op, _ := workerOps.Get().(*workerOp)
+	if op == nil {
+		op = &workerOp{}
+		op.done, op.failed = op.finish, op.fail
+	}
+	op.a, op.ctx, op.push, op.pull, op.nkeys = a, ctx, push, pull, nkeys
+	return op
+}
+
+// recycle clears op and pools it. Only once kv is done with the operation:
+// after its Callback, the last call kv makes for it (OnError comes before).
+func (op *workerOp) recycle() {
+	done, failed := op.done, op.failed
+	*op = workerOp{done: done, failed: failed}
+	workerOps.Put(op)
+}
+
+func (op *workerOp) finish() {
+	op.a.finishOp(op)
+	op.recycle()
+}
+
+// fail is OnError. Failures are logged here, once, whoever waits: MXNet
+// and BytePS use callbacks and never Wait, and ps-lite has no error
+// channel at all.
+func (op *workerOp) fail(err error) {
+	op.err = err
+	op.a.recordFailure(err, op.push, op.pull, op.nkeys)
+}
+
+func (a *app) recordFailure(err error, push, pull bool, nkeys int) {
+	a.mu.Lock()
+	if len(a.failed) >= maxFailed {
+		a.failed = slices.Delete(a.failed, 0, 1)
+	}
+	a.failed = append(a.failed, err)
+	a.mu.Unlock()
+	slog.Error("elasticps: KV operation failed", "app", a.appID, "customer", a.customerID, "push", push, "pull", pull, "keys", nkeys, "err", err)
 }
 
 // kvRequest issues a KVWorker operation. keys, vals and lens are views of C
@@ -310,26 +364,14 @@ func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int3
 	}
 	var op *workerOp
 	if ctx != nil {
-		op = &workerOp{ctx: ctx}
+		op = newWorkerOp(a, ctx, push, pull, len(keys))
 		a.mu.Lock()
 		a.ops[ctx] = struct{}{}
 		a.mu.Unlock()
-		opts.Callback = func() { a.finishOp(op) }
-	}
-	// Failures are logged here, once, whoever waits: MXNet and BytePS use
-	// callbacks and never Wait, and ps-lite has no error channel at all.
-	nkeys := len(keys)
-	opts.OnError = func(err error) {
-		if op != nil {
-			op.err = err
-		}
-		a.mu.Lock()
-		if len(a.failed) >= maxFailed {
-			a.failed = slices.Delete(a.failed, 0, 1)
-		}
-		a.failed = append(a.failed, err)
-		a.mu.Unlock()
-		slog.Error("elasticps: KV operation failed", "app", a.appID, "customer", a.customerID, "push", push, "pull", pull, "keys", nkeys, "err", err)
+		opts.Callback, opts.OnError = op.done, op.failed
+	} else {
+		nkeys := len(keys)
+		opts.OnError = func(err error) { a.recordFailure(err, push, pull, nkeys) }
 	}
 	var (
 		ts  int32
@@ -359,6 +401,7 @@ func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int3
 			a.mu.Lock()
 			delete(a.ops, ctx)
 			a.mu.Unlock()
+			op.recycle() // kv calls neither callback of an operation it did not issue
 		}
 		if err == nil {
 			err = errors.New("elasticps: the request was not issued")
@@ -370,7 +413,7 @@ func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int3
 	return ts, nil
 }
 
-// finishOp reports a completed operation to C++, exactly once. It runs in
+// finishOp reports a completed operation to C++, at most once. It runs in
 // the worker's customer goroutine (or the issuing thread when there was
 // nothing to send) and before the request counts as done, so Wait returns
 // after the C++ callback.
@@ -430,7 +473,7 @@ func (a *app) kvResponse(cm kv.ReqMeta, key uint64, dt message.DataType, res kv.
 		return err
 	}
 	mode := sendMode(nodeSendMode.Load())
-	if a.copyOnSend || mode == readsLater || (mode == readsLaterZMQ && lent == nil) {
+	if a.copyOnSend || mode == readsLater || (mode == readsLaterZMQ && lent == nil && !copiedBySend(res)) {
 		// The transport (or the resend layer, which keeps messages for
 		// retransmission) may read res after Send, and nothing tells when
 		// it is done: send a Go copy.
@@ -438,12 +481,18 @@ func (a *app) kvResponse(cm kv.ReqMeta, key uint64, dt message.DataType, res kv.
 		return a.server.Response(meta, res)
 	}
 	err := a.server.Response(meta, res)
-	if mode == readsLaterZMQ {
+	if mode == readsLaterZMQ && lent != nil {
 		// Sent by reference: C++ keeps res until libzmq is done with it.
 		freeNow = false
 		zmq.AfterSent(lent, kv.KeysToBytes(res.Keys), res.Vals, kv.LensToBytes(res.Lens))
 	}
 	return err
+}
+
+// copiedBySend reports whether the ZeroMQ van copies every array of res
+// during Send (each is shorter than its by-reference threshold).
+func copiedBySend(res kv.KVPairs) bool {
+	return max(8*len(res.Keys), len(res.Vals), 4*len(res.Lens)) < zmq.DefaultZeroCopySendMin
 }
 
 // onKVRequest is the kv.Server handler: it remembers the request for

@@ -60,17 +60,6 @@ type heldFrames struct {
 }
 
 func callKVRequest(po *postoffice.Postoffice, ctx unsafe.Pointer, meta kv.ReqMeta, data kv.KVPairs) {
-	cm := C.ps_kv_meta{
-		cmd:         C.int(meta.Cmd),
-		push:        cbool(meta.Push),
-		pull:        cbool(meta.Pull),
-		sender:      C.int(meta.Sender),
-		timestamp:   C.int(meta.Timestamp),
-		customer_id: C.int(meta.CustomerID),
-		data_type:   C.int(meta.DataType),
-		priority:    C.int(meta.Priority),
-		key:         C.uint64_t(firstKey(data.Keys)),
-	}
 	var keys *C.ps_ckey
 	if len(data.Keys) > 0 {
 		keys = (*C.ps_ckey)(unsafe.Pointer(unsafe.SliceData(data.Keys)))
@@ -91,7 +80,9 @@ func callKVRequest(po *postoffice.Postoffice, ctx unsafe.Pointer, meta kv.ReqMet
 		}
 		release = C.uint64_t(cgo.NewHandle(h))
 	}
-	C.psb_on_kv_request(ctx, &cm, keys, C.size_t(len(data.Keys)),
+	C.psb_kv_request(ctx, C.int(meta.Cmd), cbool(meta.Push), cbool(meta.Pull), C.int(meta.Sender),
+		C.int(meta.Timestamp), C.int(meta.CustomerID), C.int(meta.DataType), C.int(meta.Priority),
+		C.uint64_t(firstKey(data.Keys)), keys, C.size_t(len(data.Keys)),
 		bytesPtr(data.Vals), C.size_t(len(data.Vals)), lens, C.size_t(len(data.Lens)), release)
 }
 

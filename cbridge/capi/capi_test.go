@@ -12,6 +12,7 @@ import (
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/zmq"
 )
 
 // The C ABI itself is exercised end to end by ../../compat_tests (C++
@@ -194,5 +195,28 @@ func TestWaiterWordDoesNotAllocate(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() { notifierSink = waiterWord{w} })
 	if allocs != 0 {
 		t.Fatalf("a waiterWord as a kv.Notifier costs %v allocations, want 0", allocs)
+	}
+}
+
+// TestCopiedBySend checks the bound under which KVServer::Response passes
+// no kept arrays: every array shorter than the ZeroMQ van's by-reference
+// threshold, which Send copies during the call.
+func TestCopiedBySend(t *testing.T) {
+	n := zmq.DefaultZeroCopySendMin
+	cases := []struct {
+		name string
+		res  kv.KVPairs
+		want bool
+	}{
+		{"empty", kv.KVPairs{}, true},
+		{"vals just below", kv.KVPairs{Keys: make([]uint64, 1), Vals: make([]byte, n-1)}, true},
+		{"vals at the threshold", kv.KVPairs{Keys: make([]uint64, 1), Vals: make([]byte, n)}, false},
+		{"keys at the threshold", kv.KVPairs{Keys: make([]uint64, n/8)}, false},
+		{"lens at the threshold", kv.KVPairs{Keys: make([]uint64, 1), Lens: make([]int32, n/4)}, false},
+	}
+	for _, c := range cases {
+		if got := copiedBySend(c.res); got != c.want {
+			t.Errorf("%s: copiedBySend = %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/rdma"
+	"github.com/elasticps/elasticps/van/zmq"
 )
 
 // ps-lite keeps one Postoffice per process, configured from the environment
@@ -210,6 +211,14 @@ func newTransport(cfg postoffice.Config) (van.Transport, error) {
 	default:
 		nodeSendMode.Store(int32(readsLater))
 	}
+	// C++ lends KVServer responses only where the transport may read them
+	// after Send: the ZeroMQ van's by-reference frames. Everywhere else
+	// they are read during the call (or copied first, see kvResponse).
+	lendMin := ^C.size_t(0)
+	if sendMode(nodeSendMode.Load()) == readsLaterZMQ && !cfg.Resend {
+		lendMin = C.size_t(zmq.DefaultZeroCopySendMin)
+	}
+	C.psb_set_lend_min(lendMin)
 	tr, err := postoffice.NewTransport(cfg)
 	if err != nil {
 		return nil, err

@@ -80,6 +80,37 @@ void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
                             lens, num_lens, release));
 }
 
+/* psb_kv_request is psb_on_kv_request with the meta's fields as arguments,
+ * so that Go builds no struct it must pass by pointer (which would move it
+ * to Go's heap, once per request). */
+void psb_kv_request(void *server, int cmd, int push, int pull, int sender,
+                    int timestamp, int customer_id, int data_type,
+                    int priority, uint64_t key, ps_ckey *keys,
+                    size_t num_keys, ps_cvoid *vals, size_t vals_bytes,
+                    ps_cint *lens, size_t num_lens, uint64_t release) {
+  ps_kv_meta m;
+  memset(&m, 0, sizeof m);
+  m.cmd = cmd;
+  m.push = push;
+  m.pull = pull;
+  m.sender = sender;
+  m.timestamp = timestamp;
+  m.customer_id = customer_id;
+  m.data_type = data_type;
+  m.priority = priority;
+  m.key = key;
+  psb_on_kv_request(server, &m, keys, num_keys, vals, vals_bytes, lens,
+                    num_lens, release);
+}
+
+/* Responses whose arrays are all shorter than this are read during
+ * ps_kv_server_response only; set by Go with the node's transport. */
+static size_t lend_min = (size_t)-1;
+
+void psb_set_lend_min(size_t n) { __atomic_store_n(&lend_min, n, __ATOMIC_RELAXED); }
+
+size_t ps_kv_response_lend_min(void) { return __atomic_load_n(&lend_min, __ATOMIC_RELAXED); }
+
 void psb_on_kv_done(void *ctx, int status, ps_cchar *err, size_t err_len,
                     ps_cvoid *vals, size_t vals_bytes, ps_cint *lens,
                     size_t num_lens) {

@@ -471,6 +471,20 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     m.customer_id = req.customer_id;
     m.data_type = tag_;
     m.key = req.key;
+    const size_t lend_min = ps_kv_response_lend_min();
+    if (res.keys.size() * sizeof(Key) < lend_min &&
+        res.vals.size() * sizeof(Val) < lend_min &&
+        res.lens.size() * sizeof(int) < lend_min) {
+      // Copied during the call: nothing to keep.
+      detail::LogIfError(
+          ps_kv_server_response(obj_->bridge_handle(), &m, res.keys.data(),
+                                res.keys.size(), res.vals.data(),
+                                res.vals.size() * sizeof(Val),
+                                res.lens.data(), res.lens.size(), nullptr,
+                                nullptr),
+          "KVServer::Response");
+      return;
+    }
     KVPairs<Val>* kept = new KVPairs<Val>(res);
     detail::LogIfError(
         ps_kv_server_response(obj_->bridge_handle(), &m, kept->keys.data(),

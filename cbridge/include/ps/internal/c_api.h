@@ -287,6 +287,14 @@ char *ps_kv_server_response(uint64_t handle, ps_ckv_meta *req, ps_ckey *keys,
                             size_t num_lens, ps_kept_free free_kept,
                             void *kept);
 
+/* The size from which ps_kv_server_response may send an array by
+ * reference: when keys, vals and lens are each shorter, the library copies
+ * them during the call and free_kept may be NULL at no cost (sending a
+ * small array by reference costs more than copying it). Fixed once the
+ * node has started; (size_t)-1 before. A plain C function: no call into
+ * the Go runtime. */
+size_t ps_kv_response_lend_min(void);
+
 /* Elastic mode (PS_ELASTIC=1): with enable != 0 the server's state moves
  * between servers through on_kv_export / on_kv_import; with 0, through the
  * generic capture-and-install hand-over (the default). Without elastic
