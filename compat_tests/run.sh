@@ -267,6 +267,15 @@ elastic_scale() {
   local ok=0 sbok=0
   wait "$job" && ok=1
   if [ "$standby" -ne 0 ]; then
+    # The standby leaves with the job; if the job died, it may wait for a
+    # scheduler that is gone (heartbeats are off, as in ps-lite), so give
+    # it 30 s and then end it (a failure: sbok stays 0).
+    local waited=0
+    while kill -0 "$standby" 2>/dev/null && [ "$waited" -lt 300 ]; do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    kill "$standby" 2>/dev/null
     wait "$standby" && sbok=1
   fi
   if [ "$attempt" -eq 1 ] && ! grep -q "COMPAT FAIL" "$log" "$sblog" 2>/dev/null &&
