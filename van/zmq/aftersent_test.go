@@ -4,9 +4,11 @@ package zmq
 
 import (
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -80,4 +82,54 @@ func TestAfterSentWaitsForQueuedFrame(t *testing.T) {
 	require.Zero(t, ran.Load(), "must not run while libzmq holds the frame")
 	require.NoError(t, worker.Close())
 	require.EqualValues(t, 1, ran.Load(), "runs when Close releases the frame")
+}
+
+// TestInFlightRecords pins frames straight into the release registry,
+// releases them out of order and checks that AfterSent waits for exactly
+// the frames in flight within its buffers, and that the in-flight list
+// stays equal to the set of busy records.
+func TestInFlightRecords(t *testing.T) {
+	bufs := make([][]byte, 5)
+	nodes := make([]*relRecord, len(bufs))
+	releases.mu.Lock()
+	for i := range bufs {
+		bufs[i] = make([]byte, 4096)
+		nodes[i] = pinFrameLocked(unsafe.Pointer(&bufs[i][0]))
+	}
+	releases.mu.Unlock()
+	checkList := func() {
+		t.Helper()
+		releases.mu.Lock()
+		defer releases.mu.Unlock()
+		require.Len(t, releases.inFlight, releases.busy)
+		for i, id := range releases.inFlight {
+			s := relSlotOf(id)
+			require.True(t, s.busy, "record %d listed in flight but idle", id)
+			require.Equal(t, i, s.pos, "record %d's position", id)
+		}
+	}
+	checkList()
+	var ran [3]atomic.Int32
+	AfterSent(func() { ran[0].Add(1) }, bufs[1], bufs[3]) // two frames
+	AfterSent(func() { ran[1].Add(1) }, bufs[4][1:])      // past the frame's start: none
+	AfterSent(func() { ran[2].Add(1) }, bufs[3])          // one frame
+	require.EqualValues(t, 1, ran[1].Load(), "nothing in flight starts in the buffer: runs at once")
+	release := func(i int) {
+		releases.mu.Lock()
+		releaseLocked(nodes[i])
+		releases.mu.Unlock()
+		drainReleases()
+		checkList()
+	}
+	release(3)
+	require.Zero(t, ran[0].Load(), "bufs[1] is still in flight")
+	require.EqualValues(t, 1, ran[2].Load())
+	release(0)
+	release(4)
+	require.Zero(t, ran[0].Load())
+	release(1)
+	require.EqualValues(t, 1, ran[0].Load())
+	release(2)
+	require.EqualValues(t, [3]int32{1, 1, 1}, [3]int32{ran[0].Load(), ran[1].Load(), ran[2].Load()})
+	runtime.KeepAlive(bufs)
 }

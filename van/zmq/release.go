@@ -44,6 +44,9 @@ import (
 // indexed by the record's id. The registry is process-wide: several
 // Transports in one process (tests run whole jobs in-process) share it.
 
+// relRecord is a release record as libzmq holds it.
+type relRecord = C.eps_relnode
+
 // relChunk is the number of release records allocated at a time.
 const relChunk = 256
 
@@ -51,6 +54,7 @@ type relSlot struct {
 	pin     runtime.Pinner
 	ptr     uintptr      // start of the pinned frame, for pinnedWithin
 	busy    bool         // handed to libzmq (or about to be)
+	pos     int          // index in releases.inFlight while busy
 	waiters []*afterSent // AfterSent calls counting on this frame
 }
 
@@ -60,7 +64,14 @@ var releases struct {
 	slots []*[relChunk]relSlot // parallel to nodes
 	free  []uint32             // ids of idle records
 	busy  int                  // records handed out and not yet released
-	due   []func()             // AfterSent functions to run outside the lock
+	// inFlight lists the busy records' ids (in no order), so that
+	// AfterSent looks at the few frames in flight, not at every record.
+	inFlight []uint32
+	due      []func() // AfterSent functions to run outside the lock
+	// spareDue is a due list drainReleases has run, kept for reuse.
+	spareDue []func()
+	// idleWaiters are afterSent records to reuse.
+	idleWaiters []*afterSent
 }
 
 // afterSent is one AfterSent call: fn runs when its last frame is released.
@@ -103,6 +114,8 @@ func pinFrameLocked(p unsafe.Pointer) *C.eps_relnode {
 	s.pin.Pin(p)
 	s.ptr = uintptr(p)
 	s.busy = true
+	s.pos = len(releases.inFlight)
+	releases.inFlight = append(releases.inFlight, id)
 	releases.busy++
 	return relNode(id)
 }
@@ -115,10 +128,16 @@ func releaseLocked(n *C.eps_relnode) {
 	s.pin.Unpin()
 	s.ptr = 0
 	s.busy = false
+	last := releases.inFlight[len(releases.inFlight)-1]
+	releases.inFlight[s.pos] = last
+	relSlotOf(last).pos = s.pos
+	releases.inFlight = releases.inFlight[:len(releases.inFlight)-1]
 	for _, w := range s.waiters {
 		if w.frames--; w.frames == 0 {
 			releases.due = append(releases.due, w.fn)
 			dueCount.Add(1)
+			*w = afterSent{}
+			releases.idleWaiters = append(releases.idleWaiters, w)
 		}
 	}
 	clear(s.waiters)
@@ -148,12 +167,21 @@ func drainReleases() {
 	releases.mu.Lock()
 	drainReleasesLocked()
 	due := releases.due
-	releases.due = nil
+	releases.due, releases.spareDue = releases.spareDue[:0], nil
 	dueCount.Store(0)
 	releases.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
 	for _, fn := range due {
 		fn()
 	}
+	clear(due)
+	releases.mu.Lock()
+	if releases.spareDue == nil {
+		releases.spareDue = due[:0]
+	}
+	releases.mu.Unlock()
 }
 
 // dueCount is len(releases.due) for the lock-free check in drainReleases
@@ -175,14 +203,17 @@ func AfterSent(fn func(), bufs ...[]byte) {
 	drainReleasesLocked()
 	var w *afterSent
 	for _, b := range bufs {
-		eachInFlightLocked(b, func(s *relSlot) bool {
+		for _, id := range releases.inFlight {
+			s := relSlotOf(id)
+			if !startsWithin(s, b) {
+				continue
+			}
 			if w == nil {
-				w = &afterSent{fn: fn}
+				w = newAfterSentLocked(fn)
 			}
 			w.frames++
 			s.waiters = append(s.waiters, w)
-			return true
-		})
+		}
 	}
 	releases.mu.Unlock()
 	if w == nil {
@@ -191,8 +222,7 @@ func AfterSent(fn func(), bufs ...[]byte) {
 }
 
 // pinnedWithin reports whether a frame libzmq still holds starts inside b.
-// It scans every record, which is cheap next to the large buffers it is
-// used for, and free when nothing is in flight.
+// It looks at the records in flight only.
 func pinnedWithin(b []byte) bool {
 	if len(b) == 0 {
 		return false
@@ -200,30 +230,31 @@ func pinnedWithin(b []byte) bool {
 	releases.mu.Lock()
 	defer releases.mu.Unlock()
 	drainReleasesLocked()
-	found := false
-	eachInFlightLocked(b, func(*relSlot) bool {
-		found = true
-		return false
-	})
-	return found
-}
-
-// eachInFlightLocked calls fn for every record of a frame libzmq still
-// holds that starts inside b, until fn returns false. The caller holds
-// releases.mu.
-func eachInFlightLocked(b []byte, fn func(*relSlot) bool) {
-	if len(b) == 0 || releases.busy == 0 {
-		return
-	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	hi := lo + uintptr(len(b))
-	for _, chunk := range releases.slots {
-		for i := range chunk {
-			if s := &chunk[i]; s.busy && s.ptr >= lo && s.ptr < hi && !fn(s) {
-				return
-			}
+	for _, id := range releases.inFlight {
+		if startsWithin(relSlotOf(id), b) {
+			return true
 		}
 	}
+	return false
+}
+
+// startsWithin reports whether the frame of busy record s starts inside b.
+func startsWithin(s *relSlot, b []byte) bool {
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return len(b) > 0 && s.ptr >= lo && s.ptr < lo+uintptr(len(b))
+}
+
+// newAfterSentLocked returns an afterSent record for fn, reusing an idle
+// one. Caller holds releases.mu.
+func newAfterSentLocked(fn func()) *afterSent {
+	n := len(releases.idleWaiters)
+	if n == 0 {
+		return &afterSent{fn: fn}
+	}
+	w := releases.idleWaiters[n-1]
+	releases.idleWaiters = releases.idleWaiters[:n-1]
+	w.fn = fn
+	return w
 }
 
 // pinnedFrames reports how many zero-copy frames libzmq still holds (after
