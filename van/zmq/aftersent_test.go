@@ -101,11 +101,18 @@ func TestInFlightRecords(t *testing.T) {
 		t.Helper()
 		releases.mu.Lock()
 		defer releases.mu.Unlock()
-		require.Len(t, releases.inFlight, releases.busy)
+		// Every record is either idle or in flight, exactly once.
+		seen := map[uint32]int{}
+		for _, id := range releases.free {
+			seen[id]++
+		}
 		for i, id := range releases.inFlight {
-			s := relSlotOf(id)
-			require.True(t, s.busy, "record %d listed in flight but idle", id)
-			require.Equal(t, i, s.pos, "record %d's position", id)
+			seen[id]++
+			require.Equal(t, i, relSlotOf(id).pos, "record %d's position", id)
+		}
+		require.Len(t, seen, len(releases.slots)*relChunk)
+		for id, n := range seen {
+			require.Equal(t, 1, n, "record %d is listed %d times among idle and in-flight records", id, n)
 		}
 	}
 	checkList()

@@ -53,8 +53,7 @@ const relChunk = 256
 type relSlot struct {
 	pin     runtime.Pinner
 	ptr     uintptr      // start of the pinned frame, for pinnedWithin
-	busy    bool         // handed to libzmq (or about to be)
-	pos     int          // index in releases.inFlight while busy
+	pos     int          // index in releases.inFlight while in flight
 	waiters []*afterSent // AfterSent calls counting on this frame
 }
 
@@ -63,9 +62,9 @@ var releases struct {
 	nodes []*C.eps_relnode     // chunk bases, C memory, never freed
 	slots []*[relChunk]relSlot // parallel to nodes
 	free  []uint32             // ids of idle records
-	busy  int                  // records handed out and not yet released
-	// inFlight lists the busy records' ids (in no order), so that
-	// AfterSent looks at the few frames in flight, not at every record.
+	// inFlight lists the ids of the records handed out and not yet
+	// released (in no order), so that AfterSent looks at the few frames
+	// in flight, not at every record.
 	inFlight []uint32
 	due      []func() // AfterSent functions to run outside the lock
 	// spareDue is a due list drainReleases has run, kept for reuse.
@@ -113,10 +112,8 @@ func pinFrameLocked(p unsafe.Pointer) *C.eps_relnode {
 	s := relSlotOf(id)
 	s.pin.Pin(p)
 	s.ptr = uintptr(p)
-	s.busy = true
 	s.pos = len(releases.inFlight)
 	releases.inFlight = append(releases.inFlight, id)
-	releases.busy++
 	return relNode(id)
 }
 
@@ -127,7 +124,6 @@ func releaseLocked(n *C.eps_relnode) {
 	s := relSlotOf(id)
 	s.pin.Unpin()
 	s.ptr = 0
-	s.busy = false
 	last := releases.inFlight[len(releases.inFlight)-1]
 	releases.inFlight[s.pos] = last
 	relSlotOf(last).pos = s.pos
@@ -142,7 +138,6 @@ func releaseLocked(n *C.eps_relnode) {
 	}
 	clear(s.waiters)
 	s.waiters = s.waiters[:0]
-	releases.busy--
 	releases.free = append(releases.free, id)
 }
 
@@ -166,8 +161,12 @@ func drainReleases() {
 	}
 	releases.mu.Lock()
 	drainReleasesLocked()
-	due := releases.due
-	releases.due, releases.spareDue = releases.spareDue[:0], nil
+	var due []func()
+	if len(releases.due) > 0 {
+		// Take the list and leave the spare (or nothing) in its place.
+		due = releases.due
+		releases.due, releases.spareDue = releases.spareDue[:0], nil
+	}
 	dueCount.Store(0)
 	releases.mu.Unlock()
 	if len(due) == 0 {
@@ -238,7 +237,8 @@ func pinnedWithin(b []byte) bool {
 	return false
 }
 
-// startsWithin reports whether the frame of busy record s starts inside b.
+// startsWithin reports whether the frame of in-flight record s starts
+// inside b.
 func startsWithin(s *relSlot, b []byte) bool {
 	lo := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	return len(b) > 0 && s.ptr >= lo && s.ptr < lo+uintptr(len(b))
@@ -263,5 +263,5 @@ func pinnedFrames() int {
 	releases.mu.Lock()
 	defer releases.mu.Unlock()
 	drainReleasesLocked()
-	return releases.busy
+	return len(releases.inFlight)
 }
