@@ -471,27 +471,21 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     m.customer_id = req.customer_id;
     m.data_type = tag_;
     m.key = req.key;
+    // Arrays the library may read after the call are lent: the response
+    // keeps a copy of res (its SArrays' memory) until FreeKept. Shorter
+    // ones are copied during the call, and nothing is kept.
     const size_t lend_min = ps_kv_response_lend_min();
-    if (res.keys.size() * sizeof(Key) < lend_min &&
-        res.vals.size() * sizeof(Val) < lend_min &&
-        res.lens.size() * sizeof(int) < lend_min) {
-      // Copied during the call: nothing to keep.
-      detail::LogIfError(
-          ps_kv_server_response(obj_->bridge_handle(), &m, res.keys.data(),
-                                res.keys.size(), res.vals.data(),
-                                res.vals.size() * sizeof(Val),
-                                res.lens.data(), res.lens.size(), nullptr,
-                                nullptr),
-          "KVServer::Response");
-      return;
-    }
-    KVPairs<Val>* kept = new KVPairs<Val>(res);
+    const bool lend = res.keys.size() * sizeof(Key) >= lend_min ||
+                      res.vals.size() * sizeof(Val) >= lend_min ||
+                      res.lens.size() * sizeof(int) >= lend_min;
+    KVPairs<Val>* kept = lend ? new KVPairs<Val>(res) : nullptr;
+    const KVPairs<Val>& out = lend ? *kept : res;
     detail::LogIfError(
-        ps_kv_server_response(obj_->bridge_handle(), &m, kept->keys.data(),
-                              kept->keys.size(), kept->vals.data(),
-                              kept->vals.size() * sizeof(Val),
-                              kept->lens.data(), kept->lens.size(),
-                              &KVServer::FreeKept, kept),
+        ps_kv_server_response(obj_->bridge_handle(), &m, out.keys.data(),
+                              out.keys.size(), out.vals.data(),
+                              out.vals.size() * sizeof(Val), out.lens.data(),
+                              out.lens.size(),
+                              lend ? &KVServer::FreeKept : nullptr, kept),
         "KVServer::Response");
   }
 
