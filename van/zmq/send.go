@@ -10,6 +10,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
@@ -37,11 +38,12 @@ const maxKeptScratch = 64 << 10
 func (o *outBuf) grow(frames, scratch int) {
 	if frames > o.nframes {
 		n := max(frames, 8)
-		p := C.realloc(unsafe.Pointer(o.frames), C.size_t(n)*C.size_t(unsafe.Sizeof(C.eps_frame{})))
+		// Zeroed slots: see eps_frame in shim.h.
+		p := C.eps_frames_grow(o.frames, C.int(o.nframes), C.int(n))
 		if p == nil {
 			panic("van/zmq: out of C memory")
 		}
-		o.frames, o.nframes = (*C.eps_frame)(p), n
+		o.frames, o.nframes = p, n
 	}
 	if scratch > o.nscratch {
 		n := max(scratch, 512, 2*o.nscratch)
@@ -51,6 +53,32 @@ func (o *outBuf) grow(frames, scratch int) {
 		}
 		o.scratch, o.nscratch = p, n
 	}
+}
+
+// dirtyFrameSlots reports how many slots of a frame table hold something
+// other than NULL where a release record goes, before Send has written
+// them, when the memory the table gets was left dirty (eps_debris): the
+// table's first 8 slots, then its growth to 16. Tests expect 0 (see
+// eps_frame in shim.h). The thread is locked so that the debris and the
+// table come from the same per-thread malloc cache.
+func dirtyFrameSlots() int {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	slot := C.size_t(unsafe.Sizeof(C.eps_frame{}))
+	var o outBuf
+	defer o.free()
+	dirty := 0
+	for _, n := range []int{8, 16} {
+		C.eps_debris(C.size_t(n)*slot, 0xab)
+		o.grow(n, 0)
+		for i := range n {
+			// Read as an integer: the point is that it may not be a pointer.
+			if *(*uintptr)(unsafe.Pointer(&unsafe.Slice(o.frames, n)[i].node)) != 0 {
+				dirty++
+			}
+		}
+	}
+	return dirty
 }
 
 // trim gives back an oversized scratch area after a send.

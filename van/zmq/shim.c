@@ -43,6 +43,22 @@ void eps_free(void *data, void *hint) {
 	                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
 }
 
+eps_frame *eps_frames_grow(eps_frame *frames, int n, int m) {
+	eps_frame *p = realloc(frames, (size_t)m * sizeof(eps_frame));
+	if (p != NULL) {
+		memset(p + n, 0, (size_t)(m - n) * sizeof(eps_frame));
+	}
+	return p;
+}
+
+void eps_debris(size_t n, unsigned char b) {
+	void *p = malloc(n);
+	if (p != NULL) {
+		memset(p, b, n);
+		free(p);
+	}
+}
+
 eps_send_result eps_send(void *sock, eps_frame *frames, int n) {
 	eps_send_result res = {0, -1, n};
 	for (int i = 0; i < n; i++) {

@@ -38,11 +38,27 @@ void eps_free(void *data, void *hint);
 // barrier would hand such a stale address to the GC when the slot is next
 // overwritten ("found bad pointer in Go heap"). The Pinner, not this word,
 // is what keeps a frame alive.
+//
+// node stays a pointer (libzmq needs it as the free hint), so every slot Go
+// writes must hold NULL or a release record before: eps_frames_grow zeroes
+// the slots it adds, which malloc would otherwise hand over with whatever
+// freed memory held (an old frame address of a closed peer's table, a
+// libzmq engine's pointer into a sent frame), and Go's write barrier would
+// report that as a pointer when the slot is first written.
 typedef struct {
 	uintptr_t addr;
 	size_t len;
 	eps_relnode *node;
 } eps_frame;
+
+// eps_frames_grow resizes a frame table from n to m slots (m > n), zeroing
+// the new ones; NULL when out of memory (frames is then unchanged).
+eps_frame *eps_frames_grow(eps_frame *frames, int n, int m);
+
+// eps_debris mallocs n bytes, fills them with b and frees them, so that the
+// next allocation of that size on this thread likely reuses them: tests use
+// it to check that new frame slots do not inherit old memory.
+void eps_debris(size_t n, unsigned char b);
 
 // eps_send_result is returned by value: out-parameters would make Go
 // allocate the variables they point to.
