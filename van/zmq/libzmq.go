@@ -41,22 +41,34 @@ const (
 	errIntr  = errno(C.EINTR)
 )
 
-func lastErr() error { return errno(C.zmq_errno()) }
+// callErr is the error of a libzmq call that failed, from the errno cgo
+// read right after it on the same thread (the call's two-value form).
+// libzmq reports errors in errno, which is per thread: zmq_errno in a
+// second cgo call may run on another thread (the goroutine can move
+// between the two) and return that thread's errno, which made a bind to a
+// taken port fail with "Invalid argument" instead of being retried.
+func callErr(err error) error {
+	var se syscall.Errno
+	if errors.As(err, &se) && se != 0 {
+		return errno(se)
+	}
+	return errors.New("libzmq call failed without an error number")
+}
 
 // zctx is a libzmq context.
 type zctx struct{ p unsafe.Pointer }
 
 func newContext() (*zctx, error) {
-	p := C.zmq_ctx_new()
+	p, err := C.zmq_ctx_new()
 	if p == nil {
-		return nil, lastErr()
+		return nil, callErr(err)
 	}
 	return &zctx{p}, nil
 }
 
 func (c *zctx) setInt(opt C.int, v int) error {
-	if C.zmq_ctx_set(c.p, opt, C.int(v)) != 0 {
-		return lastErr()
+	if rc, err := C.zmq_ctx_set(c.p, opt, C.int(v)); rc != 0 {
+		return callErr(err)
 	}
 	return nil
 }
@@ -66,10 +78,11 @@ func (c *zctx) setInt(opt C.int, v int) error {
 // the libzmq docs ask.
 func (c *zctx) term() error {
 	for {
-		if C.zmq_ctx_term(c.p) == 0 {
+		rc, err := C.zmq_ctx_term(c.p)
+		if rc == 0 {
 			return nil
 		}
-		if err := lastErr(); err != errIntr {
+		if err := callErr(err); err != errIntr {
 			return err
 		}
 	}
@@ -80,32 +93,32 @@ func (c *zctx) term() error {
 type zsocket struct{ p unsafe.Pointer }
 
 func (c *zctx) socket(typ C.int) (*zsocket, error) {
-	p := C.zmq_socket(c.p, typ)
+	p, err := C.zmq_socket(c.p, typ)
 	if p == nil {
-		return nil, lastErr()
+		return nil, callErr(err)
 	}
 	return &zsocket{p}, nil
 }
 
 func (s *zsocket) close() error {
-	if C.zmq_close(s.p) != 0 {
-		return lastErr()
+	if rc, err := C.zmq_close(s.p); rc != 0 {
+		return callErr(err)
 	}
 	return nil
 }
 
 func (s *zsocket) setInt(opt C.int, v int) error {
 	x := C.int(v)
-	if C.zmq_setsockopt(s.p, opt, unsafe.Pointer(&x), C.size_t(unsafe.Sizeof(x))) != 0 {
-		return lastErr()
+	if rc, err := C.zmq_setsockopt(s.p, opt, unsafe.Pointer(&x), C.size_t(unsafe.Sizeof(x))); rc != 0 {
+		return callErr(err)
 	}
 	return nil
 }
 
 func (s *zsocket) setInt64(opt C.int, v int64) error {
 	x := C.int64_t(v)
-	if C.zmq_setsockopt(s.p, opt, unsafe.Pointer(&x), C.size_t(unsafe.Sizeof(x))) != 0 {
-		return lastErr()
+	if rc, err := C.zmq_setsockopt(s.p, opt, unsafe.Pointer(&x), C.size_t(unsafe.Sizeof(x))); rc != 0 {
+		return callErr(err)
 	}
 	return nil
 }
@@ -113,8 +126,8 @@ func (s *zsocket) setInt64(opt C.int, v int64) error {
 func (s *zsocket) setBytes(opt C.int, v string) error {
 	cs := C.CString(v)
 	defer C.free(unsafe.Pointer(cs))
-	if C.zmq_setsockopt(s.p, opt, unsafe.Pointer(cs), C.size_t(len(v))) != 0 {
-		return lastErr()
+	if rc, err := C.zmq_setsockopt(s.p, opt, unsafe.Pointer(cs), C.size_t(len(v))); rc != 0 {
+		return callErr(err)
 	}
 	return nil
 }
@@ -122,8 +135,8 @@ func (s *zsocket) setBytes(opt C.int, v string) error {
 func (s *zsocket) lastEndpoint() (string, error) {
 	var buf [512]C.char
 	n := C.size_t(len(buf))
-	if C.zmq_getsockopt(s.p, C.ZMQ_LAST_ENDPOINT, unsafe.Pointer(&buf[0]), &n) != 0 {
-		return "", lastErr()
+	if rc, err := C.zmq_getsockopt(s.p, C.ZMQ_LAST_ENDPOINT, unsafe.Pointer(&buf[0]), &n); rc != 0 {
+		return "", callErr(err)
 	}
 	return C.GoString(&buf[0]), nil
 }
@@ -131,8 +144,8 @@ func (s *zsocket) lastEndpoint() (string, error) {
 func (s *zsocket) bind(endpoint string) error {
 	cs := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cs))
-	if C.zmq_bind(s.p, cs) != 0 {
-		return lastErr()
+	if rc, err := C.zmq_bind(s.p, cs); rc != 0 {
+		return callErr(err)
 	}
 	return nil
 }
@@ -140,8 +153,8 @@ func (s *zsocket) bind(endpoint string) error {
 func (s *zsocket) connect(endpoint string) error {
 	cs := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cs))
-	if C.zmq_connect(s.p, cs) != 0 {
-		return lastErr()
+	if rc, err := C.zmq_connect(s.p, cs); rc != 0 {
+		return callErr(err)
 	}
 	return nil
 }
