@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,4 +57,50 @@ func TestErrnoOfTheFailedCall(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	require.Empty(t, wrong, "binds to a taken port that reported another error than EADDRINUSE")
+}
+
+// TestBindConnectRetryInterrupted binds and connects sockets while another
+// goroutine keeps sending SIGURG (what Go's preemption uses) to the
+// thread making the calls. zmq_bind and zmq_connect first poll the
+// socket's mailbox, which a signal interrupts with EINTR although nothing
+// is wrong; they are retried, as every blocking libzmq call is.
+func TestBindConnectRetryInterrupted(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pid, tid := syscall.Getpid(), syscall.Gettid()
+	ctx, err := newContext()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, ctx.term()) }()
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for !stop.Load() {
+			_ = syscall.Tgkill(pid, tid, syscall.SIGURG)
+			runtime.Gosched()
+		}
+	})
+	defer func() {
+		stop.Store(true)
+		wg.Wait()
+	}()
+	failures := map[string]int{}
+	for range 1000 {
+		r, err := ctx.socket(sockRouter)
+		require.NoError(t, err)
+		if err := r.bind("tcp://127.0.0.1:*"); err != nil {
+			failures["bind: "+err.Error()]++
+		} else if endpoint, err := r.lastEndpoint(); err != nil {
+			failures["last endpoint: "+err.Error()]++
+		} else {
+			d, err := ctx.socket(sockDealer)
+			require.NoError(t, err)
+			if err := d.connect(endpoint); err != nil {
+				failures["connect: "+err.Error()]++
+			}
+			require.NoError(t, d.close())
+		}
+		require.NoError(t, r.close())
+	}
+	require.Empty(t, failures)
 }

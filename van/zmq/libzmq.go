@@ -141,22 +141,36 @@ func (s *zsocket) lastEndpoint() (string, error) {
 	return C.GoString(&buf[0]), nil
 }
 
+// bind is zmq_bind. zmq_bind and zmq_connect first process the socket's
+// pending commands, a poll that a signal (Go preempts goroutines with
+// SIGURG) interrupts with EINTR before anything was done; they are retried,
+// as shim.c retries every blocking call.
 func (s *zsocket) bind(endpoint string) error {
 	cs := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cs))
-	if rc, err := C.zmq_bind(s.p, cs); rc != 0 {
-		return callErr(err)
+	for {
+		rc, err := C.zmq_bind(s.p, cs)
+		if rc == 0 {
+			return nil
+		}
+		if err := callErr(err); err != errIntr {
+			return err
+		}
 	}
-	return nil
 }
 
 func (s *zsocket) connect(endpoint string) error {
 	cs := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cs))
-	if rc, err := C.zmq_connect(s.p, cs); rc != 0 {
-		return callErr(err)
+	for {
+		rc, err := C.zmq_connect(s.p, cs)
+		if rc == 0 {
+			return nil
+		}
+		if err := callErr(err); err != errIntr {
+			return err
+		}
 	}
-	return nil
 }
 
 // Socket types and options used by the transport.
