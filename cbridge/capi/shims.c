@@ -65,9 +65,10 @@ void psb_on_simple(void *app, int is_request, int head, ps_cchar *body,
                         timestamp, customer_id));
 }
 
-void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
-                       size_t num_keys, ps_cvoid *vals, size_t vals_bytes,
-                       ps_cint *lens, size_t num_lens, uint64_t release) {
+static void on_kv_request(void *server, const ps_kv_meta *meta,
+                          ps_ckey *keys, size_t num_keys, ps_cvoid *vals,
+                          size_t vals_bytes, ps_cint *lens, size_t num_lens,
+                          uint64_t release) {
   const ps_callbacks *c = get();
   if (c == NULL || c->on_kv_request == NULL) {
     missing("on_kv_request");
@@ -80,7 +81,7 @@ void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
                             lens, num_lens, release));
 }
 
-/* psb_kv_request is psb_on_kv_request with the meta's fields as arguments,
+/* psb_kv_request calls on_kv_request with the meta's fields as arguments,
  * so that Go builds no struct it must pass by pointer (which would move it
  * to Go's heap, once per request). */
 void psb_kv_request(void *server, int cmd, int push, int pull, int sender,
@@ -99,8 +100,8 @@ void psb_kv_request(void *server, int cmd, int push, int pull, int sender,
   m.data_type = data_type;
   m.priority = priority;
   m.key = key;
-  psb_on_kv_request(server, &m, keys, num_keys, vals, vals_bytes, lens,
-                    num_lens, release);
+  on_kv_request(server, &m, keys, num_keys, vals, vals_bytes, lens, num_lens,
+                release);
 }
 
 /* Responses whose arrays are all shorter than this are read during

@@ -11,9 +11,6 @@
 void psb_on_simple(void *app, int is_request, int head, ps_cchar *body,
                    size_t body_len, int sender, int timestamp,
                    int customer_id);
-void psb_on_kv_request(void *server, const ps_kv_meta *meta, ps_ckey *keys,
-                       size_t num_keys, ps_cvoid *vals, size_t vals_bytes,
-                       ps_cint *lens, size_t num_lens, uint64_t release);
 void psb_kv_request(void *server, int cmd, int push, int pull, int sender,
                     int timestamp, int customer_id, int data_type,
                     int priority, uint64_t key, ps_ckey *keys,

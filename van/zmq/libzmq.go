@@ -77,8 +77,17 @@ func (c *zctx) setInt(opt C.int, v int) error {
 // ETERM, then it waits until every socket is closed. EINTR is retried, as
 // the libzmq docs ask.
 func (c *zctx) term() error {
+	return retryIntr(func() (C.int, error) {
+		rc, err := C.zmq_ctx_term(c.p) // two-value form: errno of this call
+		return rc, err
+	})
+}
+
+// retryIntr makes a libzmq call (returning 0 or -1 and errno) until it
+// does not fail with EINTR.
+func retryIntr(call func() (C.int, error)) error {
 	for {
-		rc, err := C.zmq_ctx_term(c.p)
+		rc, err := call()
 		if rc == 0 {
 			return nil
 		}
@@ -148,29 +157,19 @@ func (s *zsocket) lastEndpoint() (string, error) {
 func (s *zsocket) bind(endpoint string) error {
 	cs := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cs))
-	for {
-		rc, err := C.zmq_bind(s.p, cs)
-		if rc == 0 {
-			return nil
-		}
-		if err := callErr(err); err != errIntr {
-			return err
-		}
-	}
+	return retryIntr(func() (C.int, error) {
+		rc, err := C.zmq_bind(s.p, cs) // two-value form: errno of this call
+		return rc, err
+	})
 }
 
 func (s *zsocket) connect(endpoint string) error {
 	cs := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cs))
-	for {
-		rc, err := C.zmq_connect(s.p, cs)
-		if rc == 0 {
-			return nil
-		}
-		if err := callErr(err); err != errIntr {
-			return err
-		}
-	}
+	return retryIntr(func() (C.int, error) {
+		rc, err := C.zmq_connect(s.p, cs) // two-value form: errno of this call
+		return rc, err
+	})
 }
 
 // Socket types and options used by the transport.
