@@ -209,7 +209,7 @@ func (l *elasticLink) Call(node int32, head int32, body []byte, timeout time.Dur
 		delete(l.waiters, ts)
 		l.mu.Unlock()
 		name := ElasticMessageName(head)
-		l.app.po.ElasticMetrics().ControlUnansweredTotal.With(strconv.Itoa(int(node)), name).Inc()
+		l.app.po.ElasticMetrics().ControlUnansweredTotal.WithLabelValues(strconv.Itoa(int(node)), name).Inc()
 		return nil, fmt.Errorf("elastic: node %d: %w to %s (request %d) within %v", node, ErrNoAnswer, name, ts, timeout)
 	case <-l.app.po.Done():
 		return nil, postoffice.ErrStopped

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
@@ -227,11 +226,7 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 // response is sent, so an export never overtakes it).
 func (s *Server) closeInflight(meta ReqMeta) {
 	if !meta.received.IsZero() {
-		kind := metrics.KindPush
-		if meta.Pull {
-			kind = metrics.KindPull
-		}
-		s.po.ElasticMetrics().ServerHandleSeconds.With(kind).ObserveDuration(time.Since(meta.received))
+		s.po.ElasticMetrics().ObserveServerHandle(meta.Pull, time.Since(meta.received))
 	}
 	if meta.inflight != nil {
 		if e := s.elastic.Load(); e != nil {

@@ -11,7 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
@@ -769,16 +768,7 @@ func (w *Worker) complete(o *op) {
 		w.rttOps.Add(1)
 		w.rttNanos.Add(int64(rtt))
 		w.handleNanos.Add(o.handling)
-		kind := metrics.KindPush
-		if o.pull {
-			kind = metrics.KindPull
-		}
-		m := w.po.ElasticMetrics().WorkerRoundTripSeconds
-		m.With(kind, metrics.PartTotal).ObserveDuration(rtt)
-		if o.handling > 0 {
-			m.With(kind, metrics.PartHandling).ObserveDuration(time.Duration(o.handling))
-			m.With(kind, metrics.PartNetwork).ObserveDuration(rtt - time.Duration(o.handling))
-		}
+		w.po.ElasticMetrics().ObserveRoundTrip(o.pull, rtt, time.Duration(o.handling))
 	}
 	if o.pull && o.err == nil {
 		o.sending.Lock() // see op.sending

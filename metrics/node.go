@@ -2,6 +2,10 @@ package metrics
 
 import (
 	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // StatsSource gives a node's monotonically increasing message counters. It
@@ -97,25 +101,32 @@ const (
 // role="scheduler"|"server"|"worker", read from stats at scrape time (the
 // node already counts them atomically; counting again would cost the hot
 // path twice). One registry holds one node per role: a second node of the
-// same role gets ErrDuplicate, and a process hosting several should give
-// each its own Registry or pass a StatsSource that sums them. Every family
-// is attempted; the errors are joined.
+// same role gets a prometheus.AlreadyRegisteredError, and a process hosting
+// several should give each its own Registry or pass a StatsSource that sums
+// them. Every counter is attempted; the errors are joined.
 func NodeMetrics(r *Registry, role string, stats StatsSource) error {
 	if stats == nil {
 		return errors.New("metrics: NodeMetrics: nil StatsSource")
 	}
-	roleLabel := Label{Name: "role", Value: role}
-	f := func(g func() int64) func() float64 { return func() float64 { return float64(g()) } }
+	counter := func(name, help string, read func() int64) error {
+		err := r.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: name, Help: help, ConstLabels: prometheus.Labels{"role": role},
+		}, func() float64 { return float64(read()) }))
+		if err != nil {
+			return fmt.Errorf("metrics: %s{role=%q}: %w", name, role, err)
+		}
+		return nil
+	}
 	return errors.Join(
-		r.CounterFunc(MetricMessagesSent, "Messages sent by the node, data and control.", f(stats.SentMessages), roleLabel),
-		r.CounterFunc(MetricMessagesReceived, "Messages received by the node, data and control.", f(stats.ReceivedMessages), roleLabel),
-		r.CounterFunc(MetricBytesSent, "Bytes sent by the node (meta and payload).", f(stats.SentBytes), roleLabel),
-		r.CounterFunc(MetricBytesReceived, "Bytes received by the node (meta and payload).", f(stats.ReceivedBytes), roleLabel),
-		r.CounterFunc(MetricMalformedMessages, "Messages the transport rejected as malformed; the node kept serving.", f(stats.MalformedMessages), roleLabel),
-		r.CounterFunc(MetricDroppedMessages, "Valid messages dropped because nothing was there to take them.", f(stats.DroppedMessages), roleLabel),
-		r.CounterFunc(MetricRejectedRequests, "Control requests the scheduler refused.", f(stats.RejectedRequests), roleLabel),
-		r.CounterFunc(MetricReceiveHandOvers, "Times a message handler ran on the receive goroutine so long that receiving went on in a new goroutine.", f(stats.ReceiveHandOvers), roleLabel),
-		r.CounterFunc(MetricReleasedTwice, "Received messages released twice, in the whole process (a bug in a consumer: the second release was refused); 0 in a correct program.", f(stats.ReleasedTwice), roleLabel),
+		counter(MetricMessagesSent, "Messages sent by the node, data and control.", stats.SentMessages),
+		counter(MetricMessagesReceived, "Messages received by the node, data and control.", stats.ReceivedMessages),
+		counter(MetricBytesSent, "Bytes sent by the node (meta and payload).", stats.SentBytes),
+		counter(MetricBytesReceived, "Bytes received by the node (meta and payload).", stats.ReceivedBytes),
+		counter(MetricMalformedMessages, "Messages the transport rejected as malformed; the node kept serving.", stats.MalformedMessages),
+		counter(MetricDroppedMessages, "Valid messages dropped because nothing was there to take them.", stats.DroppedMessages),
+		counter(MetricRejectedRequests, "Control requests the scheduler refused.", stats.RejectedRequests),
+		counter(MetricReceiveHandOvers, "Times a message handler ran on the receive goroutine so long that receiving went on in a new goroutine.", stats.ReceiveHandOvers),
+		counter(MetricReleasedTwice, "Received messages released twice, in the whole process (a bug in a consumer: the second release was refused); 0 in a correct program.", stats.ReleasedTwice),
 	)
 }
 
@@ -151,71 +162,136 @@ var LatencyBuckets = []float64{
 var StallBuckets = []float64{1e-3, 5e-3, 10e-3, 50e-3, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 // ElasticMetrics are the families the elastic layer (load measurement,
-// rebalance, migration) reports. Look labelled series up once (With) and
-// keep them on hot paths.
+// rebalance, migration) reports. The per-request series are resolved once
+// here: observe them with ObserveServerHandle and ObserveRoundTrip, which
+// cost no lookup and no allocation.
 type ElasticMetrics struct {
 	// ServerHandleSeconds{kind}: time a server spends handling one request,
 	// from dequeue to response, kind KindPush or KindPull.
-	ServerHandleSeconds *HistogramVec
+	ServerHandleSeconds *prometheus.HistogramVec
 	// WorkerRoundTripSeconds{kind,part}: a worker's request round trip,
 	// split into PartTotal, PartHandling (reported by the server) and
 	// PartNetwork. Histograms cannot be subtracted after the fact, hence
 	// the split at observation time.
-	WorkerRoundTripSeconds *HistogramVec
+	WorkerRoundTripSeconds *prometheus.HistogramVec
 	// ServerLoadBytes{server} and ServerLoadRequests{server}: the measured
 	// load per server (bytes/s, requests/s) that the planner uses; server
 	// is the ps node id. Delete a server's series when it leaves.
-	ServerLoadBytes    *GaugeVec
-	ServerLoadRequests *GaugeVec
+	ServerLoadBytes    *prometheus.GaugeVec
+	ServerLoadRequests *prometheus.GaugeVec
 	// MigrationsTotal{result}: key range migrations by ResultOK,
-	// ResultAborted or ResultFailed.
-	MigrationsTotal *CounterVec
+	// ResultAborted or ResultFailed; all three exist from the start at 0.
+	MigrationsTotal *prometheus.CounterVec
 	// MigrationStallSeconds: how long each migration held requests for its
 	// range.
-	MigrationStallSeconds *Histogram
+	MigrationStallSeconds prometheus.Histogram
 	// RoutingEpoch: the version of the routing table in force.
-	RoutingEpoch *Gauge
+	RoutingEpoch prometheus.Gauge
 	// ControlUnansweredTotal{node,message}: elastic control requests this
 	// node sent that node (the peer's ps id) did not answer within the
 	// caller's timeout, by message (routes, prepare, import, ...).
-	ControlUnansweredTotal *CounterVec
+	ControlUnansweredTotal *prometheus.CounterVec
+
+	// The hot-path series, indexed like kinds and parts.
+	serverHandle [len(kinds)]prometheus.Observer
+	roundTrip    [len(kinds)][len(parts)]prometheus.Observer
+}
+
+// kinds and parts are the label values of the resolved series, in index
+// order.
+var (
+	kinds = [...]string{KindPush, KindPull}
+	parts = [...]string{PartTotal, PartHandling, PartNetwork}
+)
+
+// kindIndex is the index in kinds of a push (false) or pull (true).
+func kindIndex(pull bool) int {
+	if pull {
+		return 1
+	}
+	return 0
+}
+
+// ObserveServerHandle records that a server handled one push or pull
+// request in d.
+func (m *ElasticMetrics) ObserveServerHandle(pull bool, d time.Duration) {
+	m.serverHandle[kindIndex(pull)].Observe(d.Seconds())
+}
+
+// ObserveRoundTrip records a worker's round trip of one push or pull, rtt
+// in all, of which the server reported handling (0: not reported, so only
+// the total is recorded).
+func (m *ElasticMetrics) ObserveRoundTrip(pull bool, rtt, handling time.Duration) {
+	o := &m.roundTrip[kindIndex(pull)]
+	o[0].Observe(rtt.Seconds())
+	if handling > 0 {
+		o[1].Observe(handling.Seconds())
+		o[2].Observe((rtt - handling).Seconds())
+	}
 }
 
 // NewElasticMetrics registers the elastic families in r. Calling it again
 // on the same registry returns the same families, so several nodes in one
-// process share them.
+// process can share them.
 func NewElasticMetrics(r *Registry) (*ElasticMetrics, error) {
 	var m ElasticMetrics
 	var errs []error
 	keep := func(err error) { errs = append(errs, err) }
 	var err error
-	m.ServerHandleSeconds, err = r.HistogramVec("elasticps_server_request_handle_seconds",
-		"Time a server spends handling one request, by kind (push, pull).", LatencyBuckets, "kind")
+	m.ServerHandleSeconds, err = register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "elasticps_server_request_handle_seconds",
+		Help:    "Time a server spends handling one request, by kind (push, pull).",
+		Buckets: LatencyBuckets,
+	}, []string{"kind"}))
 	keep(err)
-	m.WorkerRoundTripSeconds, err = r.HistogramVec("elasticps_worker_round_trip_seconds",
-		"Worker request round trip by kind (push, pull) and part (total; handling, as reported by the server; network, the rest).",
-		LatencyBuckets, "kind", "part")
+	m.WorkerRoundTripSeconds, err = register(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "elasticps_worker_round_trip_seconds",
+		Help:    "Worker request round trip by kind (push, pull) and part (total; handling, as reported by the server; network, the rest).",
+		Buckets: LatencyBuckets,
+	}, []string{"kind", "part"}))
 	keep(err)
-	m.ServerLoadBytes, err = r.GaugeVec("elasticps_server_load_bytes_per_second",
-		"Measured load of a server in payload bytes per second, by server id.", "server")
+	m.ServerLoadBytes, err = register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "elasticps_server_load_bytes_per_second",
+		Help: "Measured load of a server in payload bytes per second, by server id.",
+	}, []string{"server"}))
 	keep(err)
-	m.ServerLoadRequests, err = r.GaugeVec("elasticps_server_load_requests_per_second",
-		"Measured load of a server in requests per second, by server id.", "server")
+	m.ServerLoadRequests, err = register(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "elasticps_server_load_requests_per_second",
+		Help: "Measured load of a server in requests per second, by server id.",
+	}, []string{"server"}))
 	keep(err)
-	m.MigrationsTotal, err = r.CounterVec("elasticps_migrations_total",
-		"Key range migrations by result (ok, aborted, failed).", "result")
+	m.MigrationsTotal, err = register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "elasticps_migrations_total",
+		Help: "Key range migrations by result (ok, aborted, failed).",
+	}, []string{"result"}))
 	keep(err)
-	m.MigrationStallSeconds, err = r.Histogram("elasticps_migration_stall_seconds",
-		"How long a key range migration held requests for the range.", StallBuckets)
+	m.MigrationStallSeconds, err = register(r, prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "elasticps_migration_stall_seconds",
+		Help:    "How long a key range migration held requests for the range.",
+		Buckets: StallBuckets,
+	}))
 	keep(err)
-	m.RoutingEpoch, err = r.Gauge("elasticps_routing_epoch",
-		"Version of the routing table in force.")
+	m.RoutingEpoch, err = register(r, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "elasticps_routing_epoch",
+		Help: "Version of the routing table in force.",
+	}))
 	keep(err)
-	m.ControlUnansweredTotal, err = r.CounterVec("elasticps_elastic_unanswered_total",
-		"Elastic control requests a peer did not answer within the timeout, by peer node id and message.", "node", "message")
+	m.ControlUnansweredTotal, err = register(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "elasticps_elastic_unanswered_total",
+		Help: "Elastic control requests a peer did not answer within the timeout, by peer node id and message.",
+	}, []string{"node", "message"}))
 	keep(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	for i, kind := range kinds {
+		m.serverHandle[i] = m.ServerHandleSeconds.WithLabelValues(kind)
+		for j, part := range parts {
+			m.roundTrip[i][j] = m.WorkerRoundTripSeconds.WithLabelValues(kind, part)
+		}
+	}
+	for _, result := range [...]string{ResultOK, ResultAborted, ResultFailed} {
+		m.MigrationsTotal.WithLabelValues(result)
 	}
 	return &m, nil
 }

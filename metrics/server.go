@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Server is an HTTP endpoint serving a Registry: GET /metrics in the text
-// exposition format and GET /healthz answering "ok".
+// Server is an HTTP endpoint serving a Registry: GET /metrics (promhttp, in
+// the format the scraper asks for) and GET /healthz answering "ok".
 type Server struct {
 	srv  *http.Server
 	addr string
@@ -34,7 +36,12 @@ func Serve(addr string, r *Registry, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("metrics: cannot listen on %q: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", r.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// A collector that fails (say, /proc unreadable) must not hide the
+		// node's own series; the failure is logged.
+		ErrorHandling: promhttp.ContinueOnError,
+	}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")

@@ -138,8 +138,8 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 			reqs += k.Requests
 		}
 		em := b.c.po.ElasticMetrics()
-		em.ServerLoadBytes.With(strconv.Itoa(int(id))).Set(tp.Rate[id])
-		em.ServerLoadRequests.With(strconv.Itoa(int(id))).Set(float64(reqs) / secs)
+		em.ServerLoadBytes.WithLabelValues(strconv.Itoa(int(id))).Set(tp.Rate[id])
+		em.ServerLoadRequests.WithLabelValues(strconv.Itoa(int(id))).Set(float64(reqs) / secs)
 	}
 	var servers []rebalance.Server
 	for _, id := range b.c.Servers() {

@@ -237,12 +237,12 @@ func (c *Coordinator) finish(res Result, err error) (Result, error) {
 	em := c.po.ElasticMetrics()
 	switch {
 	case err == nil:
-		em.MigrationsTotal.With(metrics.ResultOK).Inc()
-		em.MigrationStallSeconds.ObserveDuration(res.Duration)
+		em.MigrationsTotal.WithLabelValues(metrics.ResultOK).Inc()
+		em.MigrationStallSeconds.Observe(res.Duration.Seconds())
 	case res.CutSeq == 0:
-		em.MigrationsTotal.With(metrics.ResultAborted).Inc()
+		em.MigrationsTotal.WithLabelValues(metrics.ResultAborted).Inc()
 	default:
-		em.MigrationsTotal.With(metrics.ResultFailed).Inc()
+		em.MigrationsTotal.WithLabelValues(metrics.ResultFailed).Inc()
 	}
 	c.mu.Lock()
 	c.history = append(c.history, res)

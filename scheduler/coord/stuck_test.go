@@ -8,6 +8,7 @@ import (
 
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,12 +42,13 @@ func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 
 	// The unanswered tables are counted against the stuck worker only.
 	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
-	require.Eventually(t, func() bool { return unanswered.With(strconv.Itoa(int(stuck)), "routes").Value() >= 1 },
+	stuckRoutes := unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "routes")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(stuckRoutes) >= 1 },
 		30*time.Second, 10*time.Millisecond)
 	for _, po := range append(append(j.servers[:ns:ns], j.workers...), j.sched) {
 		id := strconv.Itoa(int(po.MyNode().ID))
 		for _, m := range []int32{kv.ElasticRoutes, kv.ElasticPrepare, kv.ElasticAccept, kv.ElasticImport, kv.ElasticAbort} {
-			require.Zero(t, unanswered.With(id, kv.ElasticMessageName(m)).Value(), "node %s, %s", id, kv.ElasticMessageName(m))
+			require.Zero(t, testutil.ToFloat64(unanswered.WithLabelValues(id, kv.ElasticMessageName(m))), "node %s, %s", id, kv.ElasticMessageName(m))
 		}
 	}
 
@@ -94,8 +96,8 @@ func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
 	require.ErrorIs(t, err, kv.ErrNoAnswer)
 	require.ErrorContains(t, err, fmt.Sprintf("routing epoch 1 not delivered to node %d", stuck))
 	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
-	require.Equal(t, 1.0, unanswered.With(strconv.Itoa(int(stuck)), "abort").Value())
-	require.GreaterOrEqual(t, unanswered.With(strconv.Itoa(int(stuck)), "routes").Value(), 1.0)
+	require.Equal(t, 1.0, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "abort")))
+	require.GreaterOrEqual(t, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "routes")), 1.0)
 	require.Equal(t, from, j.sched.Routing().Current().Intervals[j.sched.Routing().Current().Find(keys[0])].Node)
 
 	wg.Wait()
