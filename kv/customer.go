@@ -135,6 +135,9 @@ func (c *Customer) AppID() int { return int(c.appID) }
 // CustomerID is the customer's id within its app.
 func (c *Customer) CustomerID() int { return int(c.customerID) }
 
+// Closed is closed when the customer is (Close).
+func (c *Customer) Closed() <-chan struct{} { return c.quit }
+
 // ReleasesMessages implements postoffice.ReleasingCustomer: true for the
 // Worker and the Server, whose handlers Release or Detach every message;
 // user handlers (NewCustomer) and SimpleApp get messages already detached.
@@ -234,7 +237,7 @@ func (c *Customer) Close() {
 		c.qmu.Unlock()
 		c.notifyAll()
 		// Dropped unhandled: free the transport memory they view.
-		// Detach, not Release: local messages (elastic captures) are
+		// Detach, not Release: local messages (HandleLocal) are
 		// not the transport's buffers to recycle.
 		for _, it := range q.items {
 			c.po.Detach(it.m)

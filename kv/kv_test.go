@@ -13,13 +13,14 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 )
 
 const waitLimit = 20 * time.Second
 
 // spreadKeys returns perServer keys in every server's range:
 // ranges[i].Begin + j, as MXNet and BytePS build them.
-func spreadKeys(ranges []postoffice.Range, perServer int) []uint64 {
+func spreadKeys(ranges []routing.Range, perServer int) []uint64 {
 	var keys []uint64
 	for _, r := range ranges {
 		for j := range perServer {

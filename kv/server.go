@@ -3,7 +3,6 @@ package kv
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,8 +25,8 @@ type ReqMeta struct {
 	Priority int32
 
 	state    *reqState     // nil for a ReqMeta built by hand
-	inflight *inflightReq  // elastic mode: closed on Response
-	capture  chan captured // elastic hand-over: the response goes here, not to the network
+	admitted Admitted      // the gate's record, told when answered
+	capture  chan captured // a local request (HandleLocal): the response goes here, not to the network
 	received time.Time     // for the handling-time metric
 }
 
@@ -72,16 +71,13 @@ type Server struct {
 	simple  *SimpleApp
 	handler atomic.Pointer[ServerHandler]
 
-	invalid    atomic.Int64
-	dropped    atomic.Int64
-	redirected atomic.Int64
-	elastic    atomic.Pointer[serverElastic]
+	gate    RequestGate // set before registration, then read-only
+	invalid atomic.Int64
+	dropped atomic.Int64
+	locals  localRequests
 
 	releaseRequests atomic.Bool
 }
-
-// Redirected counts requests answered with a redirect during migrations.
-func (s *Server) Redirected() int64 { return s.redirected.Load() }
 
 // NewServer registers a server for appID on po. Until SetRequestHandler is
 // called, every request is answered with an error.
@@ -98,6 +94,9 @@ type ServerOptions struct {
 	SimpleResponse SimpleHandler
 	// ReleaseRequests: see Server.ReleaseRequests.
 	ReleaseRequests bool
+	// Gate, when set, builds the server's RequestGate (elastic mode's
+	// migrations); it is called once, before the server registers.
+	Gate func(*Server) RequestGate
 }
 
 // NewServerWith is NewServer with handlers in place from the start.
@@ -121,16 +120,17 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 			if o.SimpleResponse != nil {
 				s.simple.SetResponseHandler(o.SimpleResponse)
 			}
+			if o.Gate != nil {
+				s.gate = o.Gate(s)
+			}
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	if po.Config().Elastic {
-		if err := s.EnableElastic(nil); err != nil {
-			c.Close()
-			return nil, err
-		}
+	if po.Config().Elastic && s.gate == nil {
+		c.Close()
+		return nil, errors.New("kv: PS_ELASTIC=1 but the server has no elastic gate: create it with elastic.Node.NewServer")
 	}
 	return s, nil
 }
@@ -178,7 +178,7 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 	}
 	if meta.capture != nil {
 		// copies: the handler may reuse its response buffers
-		meta.capture <- captured{res: KVPairs{Keys: slices.Clone(res.Keys), Vals: slices.Clone(res.Vals), Lens: slices.Clone(res.Lens)}}
+		meta.capture <- captured{res: cloneKVPairs(res)}
 		return nil
 	}
 	defer s.closeInflight(meta)
@@ -222,16 +222,14 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 	return s.send(m)
 }
 
-// closeInflight tells the elastic agent a request is answered (after the
-// response is sent, so an export never overtakes it).
+// closeInflight tells the gate a request is answered (after the response
+// is sent, so that a migration's export never overtakes it).
 func (s *Server) closeInflight(meta ReqMeta) {
 	if !meta.received.IsZero() {
 		s.po.ElasticMetrics().ObserveServerHandle(meta.Pull, time.Since(meta.received))
 	}
-	if meta.inflight != nil {
-		if e := s.elastic.Load(); e != nil {
-			e.done(meta.inflight)
-		}
+	if meta.admitted != nil {
+		meta.admitted.Answered()
 	}
 }
 
@@ -260,12 +258,13 @@ func (s *Server) send(m *message.Message) error {
 func (s *Server) process(m *message.Message, localErr error) bool {
 	// Read once: the handler's view of the request must match what is
 	// done with it afterwards. Views of transport memory only reach a
-	// handler that lets the request be released; elastic servers park,
-	// capture and redirect requests, so they get Go memory (before
-	// parseRequest, whose KVPairs alias the frames).
-	release := s.releaseRequests.Load()
-	e := s.elastic.Load()
-	if m.Meta.SimpleApp || !release || e != nil {
+	// handler that lets the request be released; a gate may park and
+	// redirect requests, so gated servers get Go memory (before
+	// parseRequest, whose KVPairs alias the frames). Local requests
+	// (HandleLocal) are not the transport's buffers: never released.
+	capture := s.locals.take(m)
+	release := s.releaseRequests.Load() && capture == nil
+	if m.Meta.SimpleApp || !release || s.gate != nil {
 		s.po.Detach(m)
 	}
 	if m.Meta.SimpleApp {
@@ -287,6 +286,7 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		DataType:   message.Float,
 		Priority:   m.Meta.Priority,
 		state:      &reqState{},
+		capture:    capture,
 		received:   time.Now(),
 	}
 	if len(m.Meta.DataType) >= 2 {
@@ -302,25 +302,22 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		if rerr := s.ResponseError(meta, err); rerr != nil {
 			s.po.Logger().Error("kv: cannot send the error response", "err", rerr)
 		}
-		if release && e == nil { // e == nil: no local (captured) requests
+		if release && s.gate == nil {
 			s.po.Release(m)
 		}
 		return true
 	}
-	if e != nil {
-		if ch := e.takeCapture(m); ch != nil {
-			meta.capture = ch
-			(*s.handler.Load())(meta, data, s)
-			return false
-		}
-		r, ok := e.admit(m, data.Keys)
-		if !ok {
+	if capture != nil {
+		(*s.handler.Load())(meta, data, s)
+		return false
+	}
+	if s.gate != nil {
+		a, run := s.gate.Admit(m, data.Keys)
+		if !run {
 			return true
 		}
-		meta.inflight = r
+		meta.admitted = a
 	}
-	// Only network requests are released: local ones (the hand-over's
-	// captures, above) are not the transport's buffers.
 	if release {
 		meta.state.msg, meta.state.po = m, s.po
 	}

@@ -7,8 +7,6 @@ import (
 	"github.com/elasticps/elasticps/message"
 )
 
-var _ Migrator = (*DefaultHandler)(nil)
-
 // Export removes the keys in [begin, end) from the store and returns them
 // as a snapshot for Import: per key, key (8 bytes), data type (4), value
 // length (4) and the value bytes.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // Options are the optional parameters of a Worker operation (the trailing
@@ -79,37 +80,51 @@ type Worker struct {
 	po      *postoffice.Postoffice
 	c       *Customer
 	simple  *SimpleApp
-	ranges  []postoffice.Range
-	routing *postoffice.RoutingTable
+	ranges  []routing.Range
+	router  Router
+	table   *routing.Table
+	counted bool // the router wants pushes numbered (Meta.Ext.PushSeq)
 	seqs    pushSeqs
 
 	dropped   atomic.Int64 // responses that matched no outstanding operation
 	redirects atomic.Int64 // spans re-routed after a server redirected them
-
-	// round trips of completed operations since the last report (elastic)
-	rttOps, rttNanos, handleNanos atomic.Int64
 }
 
 // Redirects counts request spans re-routed because a server no longer (or
 // not yet) served their keys during a migration.
 func (w *Worker) Redirects() int64 { return w.redirects.Load() }
 
-// NewWorker registers a worker as customer (appID, customerID) of po. Each
-// worker object of a process needs its own customer id.
+// NewWorker registers a worker as customer (appID, customerID) of po,
+// routing by ps-lite's static key ranges. Each worker object of a process
+// needs its own customer id.
 func NewWorker(po *postoffice.Postoffice, appID, customerID int) (*Worker, error) {
+	return NewWorkerWith(po, appID, customerID, WorkerOptions{})
+}
+
+// WorkerOptions are the hooks of a Worker.
+type WorkerOptions struct {
+	// Router routes the worker's requests; nil: ps-lite's static ranges.
+	// A job with PS_ELASTIC=1 needs elastic mode's router (package
+	// elastic creates its workers with it).
+	Router Router
+}
+
+// NewWorkerWith is NewWorker with hooks.
+func NewWorkerWith(po *postoffice.Postoffice, appID, customerID int, opts WorkerOptions) (*Worker, error) {
 	if po == nil {
 		return nil, errors.New("kv: nil postoffice")
 	}
-	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), routing: po.Routing()}
-	c, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c, c.releases, c.inline = c, c, true, true })
+	r := opts.Router
+	if r == nil {
+		if po.Config().Elastic {
+			return nil, errors.New("kv: PS_ELASTIC=1 but the worker has no elastic router: create it with elastic.Node.NewWorker")
+		}
+		r = staticRouter{routing.NewIdentityTable(po.NumServers())}
+	}
+	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), router: r, table: r.Table(), counted: r.NumbersPushes()}
+	_, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c, c.releases, c.inline = c, c, true, true })
 	if err != nil {
 		return nil, err
-	}
-	if po.Config().Elastic {
-		if err := w.EnableElastic(); err != nil {
-			c.Close()
-			return nil, err
-		}
 	}
 	return w, nil
 }
@@ -305,7 +320,7 @@ type op struct {
 	err     error
 
 	redirects int
-	// seqs: elastic mode, each key's push count when the operation was
+	// seqs: with a router that numbers pushes, each key's push count when the operation was
 	// issued, so that a redirected span re-sliced later is numbered as the
 	// same keys were at issue (see pushSeqs).
 	seqs []uint64
@@ -315,8 +330,8 @@ type op struct {
 	// the network orders the two, but the race detector cannot see that.
 	sending  sync.Mutex
 	issued   bool      // every span sent; guarded by sending
-	start    time.Time // elastic mode: when issued
-	handling int64     // elastic mode: the slowest server's handling time (ns)
+	start    time.Time // when issued
+	handling int64     // the slowest server's handling time (ns)
 	waitBuf  [8]int32  // backs waiting for up to 8 servers
 }
 
@@ -373,7 +388,8 @@ func (out *outMsg) sent(po *postoffice.Postoffice) {
 	outMsgs.Put(out)
 }
 
-// pushSeqs counts this worker's pushes per key (in elastic mode only).
+// pushSeqs counts this worker's pushes per key (when its Router
+// NumbersPushes).
 // A request for a span of keys carries the highest count among them
 // (Ext.PushSeq), so that a migrating key range switches owners at the same
 // push number on every worker: a span goes to the old owner while its
@@ -446,16 +462,15 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 // slice cuts keys[ka:kb] (values from byte va) into one span per routing
 // interval. With count set, each push advances its keys' push counts;
 // otherwise (re-routing) the counts at issue number the spans (or the given
-// seq, outside elastic mode).
+// seq, when pushes are not numbered).
 func (w *Worker) slice(o *op, ka, kb, va int, spans []span, count bool, seq uint64) []span {
 	keys, lens := o.keys, o.lensIn
 	perKey := 0
 	if len(lens) == 0 && len(keys) > 0 {
 		perKey = len(o.vals) / len(keys)
 	}
-	routes := w.routing.Current()
-	elastic := w.po.Elastic()
-	if elastic {
+	routes := w.table.Current()
+	if w.counted {
 		w.seqs.mu.Lock()
 		defer w.seqs.mu.Unlock()
 		if w.seqs.count == nil {
@@ -487,7 +502,7 @@ func (w *Worker) slice(o *op, ka, kb, va int, spans []span, count bool, seq uint
 		}
 		s.seq = seq
 		switch {
-		case count && elastic:
+		case count && w.counted:
 			if o.seqs == nil {
 				o.seqs = make([]uint64, len(keys))
 			}
@@ -554,7 +569,7 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 // every update applied exactly once. It returns false: the redirect itself
 // is not one of the operation's responses.
 func (w *Worker) redirect(o *op, ts int32, m *message.Message) bool {
-	if w.routing.Epoch() < m.Meta.Ext.Epoch {
+	if w.table.Epoch() < m.Meta.Ext.Epoch {
 		// The server knows a newer table than we do; it is on its way from
 		// the scheduler. Retry when it arrives.
 		go w.retryRedirect(m)
@@ -609,8 +624,8 @@ func (w *Worker) retryRedirect(m *message.Message) {
 	for {
 		// Take the channel before reading the epoch, so an update between
 		// the two cannot be missed.
-		changed := w.routing.Changed()
-		if w.routing.Epoch() >= m.Meta.Ext.Epoch {
+		changed := w.table.Changed()
+		if w.table.Epoch() >= m.Meta.Ext.Epoch {
 			break
 		}
 		select {
@@ -619,7 +634,7 @@ func (w *Worker) retryRedirect(m *message.Message) {
 			return
 		case <-deadline:
 			w.c.enqueue(m, fmt.Errorf("kv: server %d redirected request %d to routing epoch %d, which never arrived (current %d)",
-				m.Meta.Sender, m.Meta.Timestamp, m.Meta.Ext.Epoch, w.routing.Epoch()))
+				m.Meta.Sender, m.Meta.Timestamp, m.Meta.Ext.Epoch, w.table.Epoch()))
 			return
 		}
 	}
@@ -765,9 +780,7 @@ func (o *op) addReply(m *message.Message) error {
 func (w *Worker) complete(o *op) {
 	if !o.start.IsZero() {
 		rtt := time.Since(o.start)
-		w.rttOps.Add(1)
-		w.rttNanos.Add(int64(rtt))
-		w.handleNanos.Add(o.handling)
+		w.router.OperationDone(rtt, time.Duration(o.handling))
 		w.po.ElasticMetrics().ObserveRoundTrip(o.pull, rtt, time.Duration(o.handling))
 	}
 	if o.pull && o.err == nil {

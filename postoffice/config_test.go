@@ -82,13 +82,3 @@ func TestConfigFromEnvErrors(t *testing.T) {
 		})
 	}
 }
-
-func TestKeyRanges(t *testing.T) {
-	r := KeyRanges(2)
-	if r[0] != (Range{0, 9223372036854775807}) || r[1] != (Range{9223372036854775807, 18446744073709551614}) {
-		t.Fatalf("ranges %v", r)
-	}
-	if r1 := KeyRanges(1); r1[0] != (Range{0, 18446744073709551615}) {
-		t.Fatalf("ranges %v", r1)
-	}
-}

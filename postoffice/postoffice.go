@@ -1,7 +1,6 @@
 // Package postoffice is a node's control plane: it registers with the
 // scheduler, keeps the node table and groups, runs barriers and heartbeats,
-// recovers restarted nodes, dispatches data messages to customers, and owns
-// the routing table. The transport underneath (van.Transport) only moves
+// recovers restarted nodes and dispatches data messages to customers. The transport underneath (van.Transport) only moves
 // bytes; the scheduler's decisions come from package scheduler.
 //
 // Unlike ps-lite there is no process-wide singleton: a process may run
@@ -24,6 +23,7 @@ import (
 	"github.com/elasticps/elasticps/membership"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/metrics"
+	"github.com/elasticps/elasticps/routing"
 	"github.com/elasticps/elasticps/scheduler"
 	"github.com/elasticps/elasticps/van"
 )
@@ -62,7 +62,6 @@ type Postoffice struct {
 	timestamp  atomic.Int32
 	numStarted atomic.Int32 // customers that called Start
 	myID       atomic.Int32 // myNode.ID, read on the send path without the lock
-	elasticOn  atomic.Bool  // elastic mode: routing tables change while the job runs
 	left       atomic.Bool  // drained out of the job (scale-in)
 
 	mu        sync.Mutex
@@ -80,7 +79,7 @@ type Postoffice struct {
 
 	sched    *scheduler.State // scheduler role only; touched by the receive loop
 	groups   map[int][]int32
-	routing  *RoutingTable
+	ranges   []routing.Range
 	resender *resender
 	inline   *handOver // nil when Config.InlineHandOver < 0
 	cpus     cpuShare
@@ -131,7 +130,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		barrierWait: map[int32]chan struct{}{},
 		heartbeats:  map[int32]time.Time{},
 		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
-		routing:     NewIdentityRouting(cfg.NumServers),
+		ranges:      routing.KeyRanges(cfg.NumServers),
 	}
 	p.reg = metrics.NewRegistry()
 	st := &p.stats
@@ -535,10 +534,7 @@ func (p *Postoffice) NodeIDs(group int) []int32 {
 }
 
 // ServerKeyRanges is ps-lite's GetServerKeyRanges (never changes for a job).
-func (p *Postoffice) ServerKeyRanges() []Range { return p.routing.Ranges() }
-
-// Routing returns the routing table that maps key ranges to servers.
-func (p *Postoffice) Routing() *RoutingTable { return p.routing }
+func (p *Postoffice) ServerKeyRanges() []routing.Range { return p.ranges }
 
 // MyNode returns this node (ID is message.Empty before registration).
 func (p *Postoffice) MyNode() message.Node {
@@ -1025,13 +1021,6 @@ func (p *Postoffice) Members(group int) []int32 {
 	}
 	return out
 }
-
-// SetElastic switches elastic mode on (kv.EnableElastic does): workers then
-// count pushes per key for migrations.
-func (p *Postoffice) SetElastic(on bool) { p.elasticOn.Store(on) }
-
-// Elastic reports whether elastic mode is on.
-func (p *Postoffice) Elastic() bool { return p.elasticOn.Load() }
 
 // Leave records on the scheduler that server id left the job after being
 // drained: barriers stop waiting for it and it is never reported dead.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
@@ -74,6 +75,7 @@ type app struct {
 	appCtx  unsafe.Pointer // C++ SimpleApp, for on_simple
 	srvCtx  unsafe.Pointer // C++ KVServer request sink, for on_kv_request
 	server  *kv.Server     // KVServer apps
+	elastic *elastic.Node  // KVServer apps of an elastic job: hands key ranges over
 	custCtx unsafe.Pointer // C++ Customer, for on_message
 
 	// copyOnSend: the resend layer keeps sent messages for retransmission,
@@ -136,7 +138,12 @@ func newWorkerApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
 	}
 	a := newApp(kindWorker, po, appID, customerID)
 	a.appCtx = ctx
-	w, err := kv.NewWorker(po, appID, customerID)
+	var w *kv.Worker
+	if en := nodeElastic(po); en != nil {
+		w, err = en.NewWorker(appID, customerID)
+	} else {
+		w, err = kv.NewWorker(po, appID, customerID)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -157,14 +164,21 @@ func newServerApp(appID int, ctx, srvCtx unsafe.Pointer) (*app, error) {
 	// it takes part in migrations, handing state over through the C++
 	// migration handle once one is set (setMigration), by the generic
 	// capture-and-install path until then.
-	srv, err := kv.NewServerWith(po, appID, kv.ServerOptions{
+	opts := kv.ServerOptions{
 		Handler:        a.onKVRequest,
 		SimpleRequest:  func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, true, d) },
 		SimpleResponse: func(d kv.SimpleData, _ *kv.SimpleApp) { callSimple(a.appCtx, false, d) },
 		// C++ copies small requests during the call and keeps large ones
 		// until ps_release (ReqMeta.Retain, in callKVRequest).
 		ReleaseRequests: true,
-	})
+	}
+	var srv *kv.Server
+	if en := nodeElastic(po); en != nil {
+		a.elastic = en
+		srv, err = en.NewServer(appID, opts, nil)
+	} else {
+		srv, err = kv.NewServerWith(po, appID, opts)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -12,16 +12,16 @@ import (
 	"slices"
 	"unsafe"
 
-	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/elastic"
 )
 
-// cMigrator is the kv.Migrator of a KVServer whose C++ side set a migration
+// cMigrator is the elastic.Migrator of a KVServer whose C++ side set a migration
 // handle (KVServer::set_migration_handle, or KVServerDefaultHandle's own):
 // Export and Import call back into C++. C holds no Go pointer: it gets the
 // server's C++ context back, and hands state over in malloc'd memory.
 type cMigrator struct{ a *app }
 
-var _ kv.Migrator = cMigrator{}
+var _ elastic.Migrator = cMigrator{}
 
 // errServerDeleted is returned for a hand-over asked of a deleted KVServer.
 var errServerDeleted = errors.New("the C++ KVServer was deleted; its keys cannot be handed over")
@@ -68,14 +68,14 @@ func (a *app) setMigration(enable bool) error {
 	if a.kind != kindServer {
 		return fmt.Errorf("elasticps: set_migration_handle on a %s; only a KVServer has one", a.kind)
 	}
-	if !a.po.Config().Elastic {
+	if a.elastic == nil {
 		return nil
 	}
-	var m kv.Migrator
+	var m elastic.Migrator
 	if enable {
 		m = cMigrator{a: a}
 	}
-	return a.server.SetMigrator(m)
+	return a.elastic.SetMigrator(m)
 }
 
 // closeMigration waits for a running hand-over and refuses later ones: the

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
@@ -30,8 +31,9 @@ import (
 // (an app constructor, Start, or a query such as NumWorkers), stopped by
 // Finalize of customer 0, after which the next use creates a fresh one.
 var node struct {
-	mu sync.Mutex
-	po *postoffice.Postoffice
+	mu      sync.Mutex
+	po      *postoffice.Postoffice
+	elastic *elastic.Node // nil unless PS_ELASTIC=1 (and on the scheduler)
 }
 
 // envOverrides are the values of ps::Environment::Init, which take
@@ -160,8 +162,24 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 		_ = tr.Close()
 		return nil, err
 	}
-	node.po = po
+	en, err := elastic.Open(po)
+	if err != nil {
+		po.Stop()
+		return nil, err
+	}
+	node.po, node.elastic = po, en
 	return po, nil
+}
+
+// nodeElastic is the elastic side of the process's node po (nil outside
+// elastic mode).
+func nodeElastic(po *postoffice.Postoffice) *elastic.Node {
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	if node.po != po {
+		return nil
+	}
+	return node.elastic
 }
 
 // defaultWaitSpin is how long a C++ Wait may spin before it waits in Go
@@ -267,7 +285,7 @@ func finalizeNode(customerID int, barrier bool) error {
 	if customerID == 0 {
 		node.mu.Lock()
 		if node.po == po {
-			node.po = nil
+			node.po, node.elastic = nil, nil
 		}
 		node.mu.Unlock()
 	}

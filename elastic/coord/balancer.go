@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/rebalance"
 )
@@ -23,8 +23,8 @@ type Balancer struct {
 
 	mu      sync.Mutex
 	est     map[int32]*rebalance.Estimator
-	servers map[int32]*kv.LoadReport // latest per server
-	workers map[int32]*kv.WorkerReport
+	servers map[int32]*elastic.LoadReport // latest per server
+	workers map[int32]*elastic.WorkerReport
 	trace   []TracePoint
 	start   time.Time
 }
@@ -49,14 +49,14 @@ func NewBalancer(c *Coordinator, cfg rebalance.Config, interval time.Duration) (
 		return nil, err
 	}
 	b := &Balancer{c: c, planner: p, interval: interval, est: map[int32]*rebalance.Estimator{},
-		servers: map[int32]*kv.LoadReport{}, workers: map[int32]*kv.WorkerReport{}, start: time.Now()}
+		servers: map[int32]*elastic.LoadReport{}, workers: map[int32]*elastic.WorkerReport{}, start: time.Now()}
 	c.OnLoadReport(b.report)
 	return b, nil
 }
 
 // report receives a load report (from the link's goroutine; must not block).
 func (b *Balancer) report(from int32, body []byte) {
-	srv, wrk, err := kv.ParseReport(body)
+	srv, wrk, err := elastic.ParseReport(body)
 	if err != nil {
 		b.c.log.Warn("balancer: bad load report", "from", from, "err", err)
 		return
@@ -107,7 +107,7 @@ func (b *Balancer) Run(ctx context.Context) {
 // Step plans once with the reports received so far and carries out the
 // plan.
 func (b *Balancer) Step(now time.Time) rebalance.Plan {
-	routes := b.c.po.Routing().Current()
+	routes := b.c.table.Current()
 	b.mu.Lock()
 	tp := TracePoint{At: now.Sub(b.start), Busy: map[int32]float64{}, Rate: map[int32]float64{}}
 	var blocks []rebalance.Block
@@ -161,8 +161,8 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 		rtt /= time.Duration(n)
 	}
 	tp.RTT = rtt
-	b.servers = map[int32]*kv.LoadReport{}
-	b.workers = map[int32]*kv.WorkerReport{}
+	b.servers = map[int32]*elastic.LoadReport{}
+	b.workers = map[int32]*elastic.WorkerReport{}
 	b.mu.Unlock()
 
 	plan := b.planner.Step(rebalance.Observation{Now: now, IterationTime: rtt}, blocks, servers)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/message"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -36,9 +36,9 @@ func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 		require.NoError(t, err, "move %d", i)
 	}
 	require.Equal(t, []int32{stuck}, j.coord.Lagging())
-	epoch := j.sched.Routing().Epoch()
+	epoch := j.coord.Table().Epoch()
 	require.Equal(t, uint64(2*moves), epoch)
-	require.Less(t, j.stuck.Routing().Epoch(), epoch)
+	require.Nil(t, j.stuckEl, "the stuck worker follows no table until unstuck")
 
 	// The unanswered tables are counted against the stuck worker only.
 	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
@@ -47,19 +47,19 @@ func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 		30*time.Second, 10*time.Millisecond)
 	for _, po := range append(append(j.servers[:ns:ns], j.workers...), j.sched) {
 		id := strconv.Itoa(int(po.MyNode().ID))
-		for _, m := range []int32{kv.ElasticRoutes, kv.ElasticPrepare, kv.ElasticAccept, kv.ElasticImport, kv.ElasticAbort} {
-			require.Zero(t, testutil.ToFloat64(unanswered.WithLabelValues(id, kv.ElasticMessageName(m))), "node %s, %s", id, kv.ElasticMessageName(m))
+		for _, m := range []int32{elastic.MsgRoutes, elastic.MsgPrepare, elastic.MsgAccept, elastic.MsgImport, elastic.MsgAbort} {
+			require.Zero(t, testutil.ToFloat64(unanswered.WithLabelValues(id, elastic.MessageName(m))), "node %s, %s", id, elastic.MessageName(m))
 		}
 	}
 
 	// Its link works again: the table it missed reaches it.
 	j.unstick()
-	require.Eventually(t, func() bool { return j.stuck.Routing().Epoch() == epoch && len(j.coord.Lagging()) == 0 },
+	require.Eventually(t, func() bool { return j.stuckEl.Table().Epoch() == epoch && len(j.coord.Lagging()) == 0 },
 		30*time.Second, 10*time.Millisecond)
 	// and later moves reach it as they reach everyone
 	_, err := j.coord.Move(keys[0], keys[0]+1, s1)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return j.stuck.Routing().Epoch() == epoch+2 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return j.stuckEl.Table().Epoch() == epoch+2 }, 30*time.Second, 10*time.Millisecond)
 
 	wg.Wait()
 	j.requireSums(t, keys, vals, 300*nw)
@@ -88,17 +88,17 @@ func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
 			vals = append(vals, float32(10*rank+1), float32(10*rank+2))
 		}
 	}
-	from, _ := owner(j.sched.Routing().Current(), keys[0], keys[0]+1)
+	from, _ := owner(j.coord.Table().Current(), keys[0], keys[0]+1)
 	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
 	require.Eventually(t, func() bool { return done.Load() >= 20 }, 30*time.Second, time.Millisecond)
 
 	_, err := j.coord.Move(keys[0], keys[0]+1, stuck)
-	require.ErrorIs(t, err, kv.ErrNoAnswer)
+	require.ErrorIs(t, err, elastic.ErrNoAnswer)
 	require.ErrorContains(t, err, fmt.Sprintf("routing epoch 1 not delivered to node %d", stuck))
 	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
 	require.Equal(t, 1.0, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "abort")))
 	require.GreaterOrEqual(t, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "routes")), 1.0)
-	require.Equal(t, from, j.sched.Routing().Current().Intervals[j.sched.Routing().Current().Find(keys[0])].Node)
+	require.Equal(t, from, j.coord.Table().Current().Intervals[j.coord.Table().Current().Find(keys[0])].Node)
 
 	wg.Wait()
 	j.requireSums(t, keys, vals, rounds*nw)

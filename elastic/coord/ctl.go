@@ -8,17 +8,17 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // Status is what `elasticps ctl status` shows.
 type Status struct {
-	Epoch     uint64                `json:"epoch"`
-	Servers   []int32               `json:"servers"`
-	Intervals []postoffice.Interval `json:"intervals"`
-	Moves     int                   `json:"moves"`
-	Failed    int                   `json:"failed_moves"`
-	LastMoves []MoveStatus          `json:"last_moves"`
+	Epoch     uint64             `json:"epoch"`
+	Servers   []int32            `json:"servers"`
+	Intervals []routing.Interval `json:"intervals"`
+	Moves     int                `json:"moves"`
+	Failed    int                `json:"failed_moves"`
+	LastMoves []MoveStatus       `json:"last_moves"`
 }
 
 // MoveStatus is one move in Status.
@@ -32,7 +32,7 @@ type MoveStatus struct {
 
 // Status reports the routing table and the moves so far.
 func (c *Coordinator) Status() Status {
-	r := c.po.Routing().Current()
+	r := c.table.Current()
 	st := Status{Epoch: r.Epoch, Servers: c.Servers(), Intervals: r.Intervals}
 	h := c.History()
 	for i, res := range h {

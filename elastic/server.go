@@ -1,4 +1,4 @@
-package kv
+package elastic
 
 import (
 	"errors"
@@ -7,25 +7,28 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 )
 
-// serverElastic is a server's part of live migration. It decides, before
+// serverAgent is a server's part of live migration. It decides, before
 // the handler sees a request, whether this server may apply it now, must
 // park it (its keys are arriving from another server), or must redirect it
 // (its keys belong elsewhere). The invariant it keeps: a key range is
 // applied on exactly one server at a time — the old owner until it exports
 // the range, the new owner only after it has installed it — so no update is
 // lost or applied twice.
-type serverElastic struct {
-	s    *Server
-	po   *postoffice.Postoffice
-	link *elasticLink
-	mig  atomic.Pointer[Migrator]
+type serverAgent struct {
+	s          *kv.Server
+	po         *postoffice.Postoffice
+	node       *Node
+	mig        atomic.Pointer[Migrator]
+	redirected atomic.Int64
 
 	mu       sync.Mutex
-	routes   *postoffice.Routes
+	routes   *routing.Routes
 	hist     map[uint64]*keyState // by the first key of pushes received
 	inflight map[*inflightReq]struct{}
 	cuts     []*cut
@@ -35,97 +38,67 @@ type serverElastic struct {
 	exportTimeout time.Duration
 	load          loadStats
 	keys          map[uint64]keyMeta // fallback hand-over: cmd and type per pushed key
-	captures      map[*message.Message]chan captured
 }
 
 type inflightReq struct {
+	agent  *serverAgent
 	lo, hi uint64 // first and last key
 	start  time.Time
 	bytes  int
 }
 
-func (e *serverElastic) migrator() Migrator {
+// Answered implements kv.Admitted.
+func (r *inflightReq) Answered() { r.agent.done(r) }
+
+func (e *serverAgent) migrator() Migrator {
 	if m := e.mig.Load(); m != nil {
 		return *m
 	}
 	return nil
 }
 
-// SetMigrator sets the state hand-over of an elastic server (when
-// EnableElastic was called with nil, as NewServer does under PS_ELASTIC).
-func (s *Server) SetMigrator(m Migrator) error {
-	e := s.elastic.Load()
-	if e == nil {
-		return errors.New("kv: SetMigrator on a server that is not elastic (PS_ELASTIC=1 or EnableElastic)")
-	}
-	e.mig.Store(&m)
-	return nil
-}
-
 // me is this server's id (known once it has registered).
-func (e *serverElastic) me() int32 { return e.po.MyNode().ID }
+func (e *serverAgent) me() int32 { return e.po.MyNode().ID }
 
 func workerKey(m *message.Meta) int32 { return m.Sender<<8 | (m.CustomerID & 0xff) }
 
-// EnableElastic lets the scheduler move this server's keys (PS_ELASTIC).
-// mig hands key-range state over (DefaultHandler implements it); with nil,
-// migrations of this server's keys fail with a clear error and are aborted,
-// leaving the keys where they are.
-func (s *Server) EnableElastic(mig Migrator) error {
-	l, err := newElasticLink(s.po)
-	if err != nil {
-		return err
-	}
-	e := &serverElastic{s: s, po: s.po, link: l,
-		routes: s.po.Routing().Current(), hist: map[uint64]*keyState{}, inflight: map[*inflightReq]struct{}{},
-		exportTimeout: 2 * time.Second}
-	if mig != nil {
-		e.mig.Store(&mig)
-	}
-	l.SetHandler(e.handle)
-	s.elastic.Store(e)
-	go e.tickLoop()
-	go e.reportLoop(reportInterval(s.po))
-	return nil
-}
-
 // handle answers the scheduler's elastic messages.
-func (e *serverElastic) handle(d SimpleData) ([]byte, error) {
-	switch d.Head {
-	case ElasticRoutes:
-		r, err := postoffice.UnmarshalRoutes(d.Body)
+func (e *serverAgent) handle(_ int32, head int32, body []byte) ([]byte, error) {
+	switch head {
+	case MsgRoutes:
+		r, err := routing.UnmarshalRoutes(body)
 		if err != nil {
 			return nil, err
 		}
 		e.setRoutes(r)
 		return nil, nil
-	case ElasticPrepare:
-		mv, _, err := UnmarshalMove(d.Body)
+	case MsgPrepare:
+		mv, _, err := UnmarshalMove(body)
 		if err != nil {
 			return nil, err
 		}
 		return encodeU64(e.prepare(mv)), nil
-	case ElasticImport:
-		mv, state, err := UnmarshalMove(d.Body)
+	case MsgImport:
+		mv, state, err := UnmarshalMove(body)
 		if err != nil {
 			return nil, err
 		}
 		return nil, e.install(mv, state)
-	case ElasticAccept:
-		mv, _, err := UnmarshalMove(d.Body)
+	case MsgAccept:
+		mv, _, err := UnmarshalMove(body)
 		if err != nil {
 			return nil, err
 		}
 		return nil, e.accept(mv)
-	case ElasticLeave:
+	case MsgLeave:
 		// Answer first, then stop: the scheduler waits for the answer.
 		go func() {
 			time.Sleep(100 * time.Millisecond)
 			e.po.LeaveJob()
 		}()
 		return nil, nil
-	case ElasticAbort:
-		mv, _, err := UnmarshalMove(d.Body)
+	case MsgAbort:
+		mv, _, err := UnmarshalMove(body)
 		if err != nil {
 			return nil, err
 		}
@@ -134,13 +107,13 @@ func (e *serverElastic) handle(d SimpleData) ([]byte, error) {
 		}
 		return []byte{0}, nil
 	}
-	return nil, fmt.Errorf("unknown elastic message %d", d.Head)
+	return nil, fmt.Errorf("unknown elastic message %d", head)
 }
 
 // setRoutes installs a newer table: intervals inherit push history,
 // incoming migrations start parking, committed or aborted cuts end, and
 // requests that waited for this table are re-admitted.
-func (e *serverElastic) setRoutes(r *postoffice.Routes) {
+func (e *serverAgent) setRoutes(r *routing.Routes) {
 	e.mu.Lock()
 	if r.Epoch <= e.routes.Epoch {
 		e.mu.Unlock()
@@ -177,12 +150,12 @@ func (e *serverElastic) setRoutes(r *postoffice.Routes) {
 	future := e.future
 	e.future = nil
 	e.mu.Unlock()
-	e.po.Routing().Update(r)
+	e.node.table.Update(r)
 	for _, m := range bounce {
 		e.redirect(m, r.Epoch)
 	}
 	for _, m := range future {
-		e.s.c.enqueue(m, nil)
+		e.s.Readmit(m)
 	}
 }
 
@@ -192,7 +165,7 @@ func (e *serverElastic) setRoutes(r *postoffice.Routes) {
 // or is moving). Such history is stale: it would only raise a later cut-over
 // (prepare counts every span overlapping the moving range), and a range
 // moving now took what it needed when it was prepared. The caller holds mu.
-func (e *serverElastic) pruneHist(r *postoffice.Routes, me int32) {
+func (e *serverAgent) pruneHist(r *routing.Routes, me int32) {
 	for lo, ks := range e.hist {
 		i := r.Find(lo)
 		if i < 0 || ks.hi >= r.Intervals[i].End || r.Intervals[i].Node != me && r.Intervals[i].Prev != me {
@@ -201,7 +174,7 @@ func (e *serverElastic) pruneHist(r *postoffice.Routes, me int32) {
 	}
 }
 
-func (e *serverElastic) hasIncoming(b, end uint64) bool {
+func (e *serverAgent) hasIncoming(b, end uint64) bool {
 	for _, in := range e.ins {
 		if overlaps(b, end, in.mv.Begin, in.mv.End) {
 			return true
@@ -214,7 +187,7 @@ func (e *serverElastic) hasIncoming(b, end uint64) bool {
 // sequence number from which pushes belong to the new owner: one past the
 // highest this server has received for them, so no round of pushes is
 // split between the two servers.
-func (e *serverElastic) prepare(mv Move) uint64 {
+func (e *serverAgent) prepare(mv Move) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := &cut{mv: mv, pushers: map[int32]uint64{}, recv: map[int32]uint64{}, started: time.Now()}
@@ -235,7 +208,7 @@ func (e *serverElastic) prepare(mv Move) uint64 {
 }
 
 // install takes over mv's keys and lets parked requests through.
-func (e *serverElastic) install(mv Move, state []byte) error {
+func (e *serverAgent) install(mv Move, state []byte) error {
 	if err := e.importState(state); err != nil {
 		return err
 	}
@@ -252,7 +225,7 @@ func (e *serverElastic) install(mv Move, state []byte) error {
 	e.ins = kept
 	e.mu.Unlock()
 	for _, m := range parked {
-		e.s.c.enqueue(m, nil)
+		e.s.Readmit(m)
 	}
 	return nil
 }
@@ -260,7 +233,7 @@ func (e *serverElastic) install(mv Move, state []byte) error {
 // abort drops mv's cut unless it has exported already, and says whether it
 // had: then the keys' state left (or is leaving) for the scheduler, which
 // gives it back before the keys come back here.
-func (e *serverElastic) abort(mv Move) (exported bool) {
+func (e *serverAgent) abort(mv Move) (exported bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	kept := e.cuts[:0]
@@ -277,10 +250,10 @@ func (e *serverElastic) abort(mv Move) (exported bool) {
 	return exported
 }
 
-// admit decides what happens to a request before the handler sees it. It
-// returns the in-flight record to close on Response, and whether the
-// handler should run now.
-func (e *serverElastic) admit(m *message.Message, keys []uint64) (*inflightReq, bool) {
+// Admit implements kv.RequestGate: it decides what happens to a request
+// before the handler sees it, and returns the in-flight record that is
+// told when the request is answered, and whether the handler runs now.
+func (e *serverAgent) Admit(m *message.Message, keys []uint64) (kv.Admitted, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if m.Meta.Ext.Epoch > e.routes.Epoch {
@@ -344,13 +317,13 @@ func (e *serverElastic) admit(m *message.Message, keys []uint64) (*inflightReq, 
 			c.recv[w] = max(c.recv[w], seq)
 		}
 	}
-	r := &inflightReq{lo: lo, hi: hi, start: time.Now(), bytes: messageBytes(m)}
+	r := &inflightReq{agent: e, lo: lo, hi: hi, start: time.Now(), bytes: messageBytes(m)}
 	e.inflight[r] = struct{}{}
 	return r, true
 }
 
 // done closes an in-flight request when it is answered.
-func (e *serverElastic) done(r *inflightReq) {
+func (e *serverAgent) done(r *inflightReq) {
 	now := time.Now()
 	e.mu.Lock()
 	delete(e.inflight, r)
@@ -366,7 +339,7 @@ func (e *serverElastic) done(r *inflightReq) {
 // flight on their keys, and every known pusher has delivered its pushes
 // up to the cut (or, with force, waited long enough for one that stopped
 // pushing). The caller holds mu.
-func (e *serverElastic) readyCuts(force bool) []*cut {
+func (e *serverAgent) readyCuts(force bool) []*cut {
 	var ready []*cut
 	for _, c := range e.cuts {
 		if c.exported {
@@ -401,7 +374,7 @@ func (e *serverElastic) readyCuts(force bool) []*cut {
 	return ready
 }
 
-func (e *serverElastic) tickLoop() {
+func (e *serverAgent) tickLoop() {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -421,18 +394,18 @@ func (e *serverElastic) tickLoop() {
 
 // export hands the cut's keys to the scheduler, which installs them on the
 // new owner.
-func (e *serverElastic) export(c *cut) {
+func (e *serverAgent) export(c *cut) {
 	state, err := e.exportState(c.mv.Begin, c.mv.End)
 	if err != nil {
 		// The keys stay here (an export is all or nothing): the scheduler
 		// aborts the move at once and routes them back to this server.
 		e.po.Logger().Error("elastic: export failed; the move is aborted and the keys stay on this server", "move", fmt.Sprintf("%+v", c.mv), "err", err)
-		if _, err := e.link.Call(message.SchedulerID, ElasticExportFailed, MarshalMove(c.mv, []byte(err.Error())), time.Minute); err != nil {
+		if _, err := e.node.link.Call(message.SchedulerID, MsgExportFailed, MarshalMove(c.mv, []byte(err.Error())), time.Minute); err != nil {
 			e.po.Logger().Error("elastic: export failure not delivered; the scheduler aborts the move after its timeout", "err", err)
 		}
 		return
 	}
-	if _, err := e.link.Call(message.SchedulerID, ElasticExport, MarshalMove(c.mv, state), time.Minute); err != nil {
+	if _, err := e.node.link.Call(message.SchedulerID, MsgExport, MarshalMove(c.mv, state), time.Minute); err != nil {
 		e.po.Logger().Error("elastic: export not delivered", "err", err)
 	}
 }
@@ -448,7 +421,7 @@ const (
 
 // exportState snapshots [begin, end) through the Migrator, or the generic
 // hand-over without one.
-func (e *serverElastic) exportState(begin, end uint64) ([]byte, error) {
+func (e *serverAgent) exportState(begin, end uint64) ([]byte, error) {
 	if mig := e.migrator(); mig != nil {
 		st, err := mig.Export(begin, end)
 		if err != nil {
@@ -464,7 +437,7 @@ func (e *serverElastic) exportState(begin, end uint64) ([]byte, error) {
 }
 
 // importState installs exportState's output.
-func (e *serverElastic) importState(state []byte) error {
+func (e *serverAgent) importState(state []byte) error {
 	if len(state) == 0 {
 		return errors.New("the exported state is empty (no format byte)")
 	}
@@ -488,7 +461,7 @@ func (e *serverElastic) importState(state []byte) error {
 
 // redirect answers a request with "not applied here; re-route with a table
 // of at least epoch", echoing its keys so the worker knows which part.
-func (e *serverElastic) redirect(m *message.Message, epoch uint64) {
+func (e *serverAgent) redirect(m *message.Message, epoch uint64) {
 	r := &message.Message{Meta: message.NewMeta()}
 	r.Meta.AppID = m.Meta.AppID
 	r.Meta.CustomerID = m.Meta.CustomerID
@@ -502,7 +475,7 @@ func (e *serverElastic) redirect(m *message.Message, epoch uint64) {
 		r.AddData(message.Uint64, m.Data[0])
 		r.AddData(message.Other, nil)
 	}
-	e.s.redirected.Add(1)
+	e.redirected.Add(1)
 	if _, err := e.po.Send(r); err != nil {
 		e.po.Logger().Error("elastic: redirect not sent", "to", m.Meta.Sender, "err", err)
 	}
@@ -513,7 +486,7 @@ func (e *serverElastic) redirect(m *message.Message, epoch uint64) {
 // it still holds for them; a handler that held them before (they moved
 // away and would come back) would double them, so such a move is refused
 // before anything changes.
-func (e *serverElastic) accept(mv Move) error {
+func (e *serverAgent) accept(mv Move) error {
 	if e.migrator() != nil {
 		return nil
 	}
@@ -526,3 +499,32 @@ func (e *serverElastic) accept(mv Move) error {
 	}
 	return nil
 }
+
+// keyState is what a server remembers about the pushes it received whose
+// first key is the same: the highest last key among them (a push of keys
+// [lo, hi] counts for every range it overlaps, not only for the one holding
+// lo: a routing interval may hold several ranges that move apart later),
+// who pushed them and up to which push sequence number.
+type keyState struct {
+	hi      uint64
+	pushers map[int32]uint64 // worker (see workerKey) -> highest push seq received
+}
+
+// cut is an outgoing migration on the old owner.
+type cut struct {
+	mv       Move
+	seq      uint64           // pushes from this seq on belong to the new owner
+	pushers  map[int32]uint64 // workers expected to push up to seq-1
+	recv     map[int32]uint64
+	exported bool
+	warned   bool
+	started  time.Time
+}
+
+// incoming is a migration on the new owner, until installed.
+type incoming struct {
+	mv     Move
+	parked []*message.Message
+}
+
+func overlaps(b1, e1, b2, e2 uint64) bool { return b1 < e2 && b2 < e1 }

@@ -1,4 +1,9 @@
-package postoffice
+// Package routing is the versioned routing table: which physical server
+// holds which key interval, in which epoch, and where a migrating interval
+// sends a request by its push sequence number. Consumers keep seeing
+// ps-lite's N equal key ranges (KeyRanges); the table underneath starts as
+// the identity and only elastic reassignment changes it. Pure: no IO.
+package routing
 
 import (
 	"encoding/binary"
@@ -8,6 +13,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/elasticps/elasticps/message"
 )
 
 // Range is a half-open key range [Begin, End), as ps::Range.
@@ -33,9 +40,6 @@ func KeyRanges(n int) []Range {
 	}
 	return rs
 }
-
-// ServerRankToID is re-exported for routing users.
-func ServerRankToID(rank int) int { return rank*2 + 8 }
 
 // Interval assigns the keys [Begin, End) to a physical server. While the
 // interval migrates, requests whose push sequence number (the worker's
@@ -191,17 +195,17 @@ func UnmarshalRoutes(b []byte) (*Routes, error) {
 func IdentityRoutes(ranges []Range) *Routes {
 	r := &Routes{}
 	for i, rg := range ranges {
-		r.Intervals = append(r.Intervals, Interval{Begin: rg.Begin, End: rg.End, Node: int32(ServerRankToID(i))})
+		r.Intervals = append(r.Intervals, Interval{Begin: rg.Begin, End: rg.End, Node: int32(message.ServerRankToID(i))})
 	}
 	return r
 }
 
-// RoutingTable maps keys to the physical servers that hold them. Consumers
+// Table maps keys to the physical servers that hold them. Consumers
 // keep seeing the N logical ranges of ServerKeyRanges; underneath, this
 // versioned table (starting as the identity) says which server serves
 // which interval, and elastic reassignment changes only it. Reads are
 // lock-free.
-type RoutingTable struct {
+type Table struct {
 	ranges []Range
 	cur    atomic.Pointer[Routes]
 
@@ -209,25 +213,25 @@ type RoutingTable struct {
 	changed chan struct{} // closed and replaced on every update
 }
 
-// NewIdentityRouting returns the identity table for n servers.
-func NewIdentityRouting(n int) *RoutingTable {
-	t := &RoutingTable{ranges: KeyRanges(n), changed: make(chan struct{})}
+// NewIdentityTable returns the identity table for n servers.
+func NewIdentityTable(n int) *Table {
+	t := &Table{ranges: KeyRanges(n), changed: make(chan struct{})}
 	t.cur.Store(IdentityRoutes(t.ranges))
 	return t
 }
 
 // Ranges returns the logical key ranges (never changes for a job).
-func (t *RoutingTable) Ranges() []Range { return t.ranges }
+func (t *Table) Ranges() []Range { return t.ranges }
 
 // Current returns the current routes; do not modify them.
-func (t *RoutingTable) Current() *Routes { return t.cur.Load() }
+func (t *Table) Current() *Routes { return t.cur.Load() }
 
 // Epoch is the current version.
-func (t *RoutingTable) Epoch() uint64 { return t.cur.Load().Epoch }
+func (t *Table) Epoch() uint64 { return t.cur.Load().Epoch }
 
 // Update installs r if it is newer than the current routes and reports
 // whether it did.
-func (t *RoutingTable) Update(r *Routes) bool {
+func (t *Table) Update(r *Routes) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if r.Epoch <= t.cur.Load().Epoch {
@@ -240,7 +244,7 @@ func (t *RoutingTable) Update(r *Routes) bool {
 }
 
 // Changed returns a channel closed at the next update.
-func (t *RoutingTable) Changed() <-chan struct{} {
+func (t *Table) Changed() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.changed

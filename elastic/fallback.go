@@ -1,12 +1,12 @@
-package kv
+package elastic
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 )
 
@@ -31,14 +31,8 @@ type keyMeta struct {
 	dt  message.DataType
 }
 
-// captured is a handler's answer to a local capture or install request.
-type captured struct {
-	res KVPairs
-	err error
-}
-
 // noteKeys records the cmd and type of a push's keys. Caller holds e.mu.
-func (e *serverElastic) noteKeys(m *message.Message, keys []uint64) {
+func (e *serverAgent) noteKeys(m *message.Message, keys []uint64) {
 	if e.keys == nil {
 		e.keys = map[uint64]keyMeta{}
 	}
@@ -51,59 +45,11 @@ func (e *serverElastic) noteKeys(m *message.Message, keys []uint64) {
 	}
 }
 
-// local runs one request through the server's queue and handler and waits
-// for the handler's response.
-func (e *serverElastic) local(m *message.Message) (KVPairs, error) {
-	ch := make(chan captured, 1)
-	e.mu.Lock()
-	if e.captures == nil {
-		e.captures = map[*message.Message]chan captured{}
-	}
-	e.captures[m] = ch
-	e.mu.Unlock()
-	e.s.c.enqueue(m, nil)
-	select {
-	case c := <-ch:
-		return c.res, c.err
-	case <-time.After(30 * time.Second):
-		e.mu.Lock()
-		delete(e.captures, m)
-		e.mu.Unlock()
-		return KVPairs{}, errors.New("the handler did not answer a local request within 30s")
-	case <-e.po.Done():
-		return KVPairs{}, errors.New("node stopped")
-	}
-}
-
-// takeCapture returns the capture channel if m is a local request.
-func (e *serverElastic) takeCapture(m *message.Message) chan captured {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	ch := e.captures[m]
-	delete(e.captures, m)
-	return ch
-}
-
-func (e *serverElastic) localRequest(push bool, cmd int32, keys []uint64, dt message.DataType, vals []byte, lens []int32) *message.Message {
-	m := &message.Message{Meta: message.NewMeta()}
-	m.Meta.AppID = e.s.c.appID
-	m.Meta.CustomerID = e.s.c.appID
-	m.Meta.Sender = e.me()
-	m.Meta.Recver = e.me()
-	m.Meta.Timestamp = -1
-	m.Meta.Request = true
-	m.Meta.Push, m.Meta.Pull = push, !push
-	m.Meta.Head = cmd
-	m.AddData(message.Uint64, KeysToBytes(keys))
-	m.AddData(dt, vals)
-	if len(lens) > 0 {
-		m.AddData(message.Int32, LensToBytes(lens))
-	}
-	return m
-}
+// localTimeout bounds a capture or install request's wait for the handler.
+const localTimeout = 30 * time.Second
 
 // fallbackExport captures [begin, end) through the handler's pull path.
-func (e *serverElastic) fallbackExport(begin, end uint64) ([]byte, error) {
+func (e *serverAgent) fallbackExport(begin, end uint64) ([]byte, error) {
 	type group struct {
 		km   keyMeta
 		keys []uint64
@@ -125,7 +71,7 @@ func (e *serverElastic) fallbackExport(begin, end uint64) ([]byte, error) {
 	var out []byte
 	for _, g := range groups {
 		slices.Sort(g.keys)
-		res, err := e.local(e.localRequest(false, g.km.cmd, g.keys, g.km.dt, nil, nil))
+		res, err := e.s.HandleLocal(kv.LocalRequest{Cmd: g.km.cmd, DataType: g.km.dt, Data: kv.KVPairs{Keys: g.keys}}, localTimeout)
 		if err != nil {
 			return nil, fmt.Errorf("capturing %d keys by a pull: %w", len(g.keys), err)
 		}
@@ -137,15 +83,15 @@ func (e *serverElastic) fallbackExport(begin, end uint64) ([]byte, error) {
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(res.Keys)))
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(res.Lens)))
 		out = binary.LittleEndian.AppendUint64(out, uint64(len(res.Vals)))
-		out = append(out, KeysToBytes(res.Keys)...)
-		out = append(out, LensToBytes(res.Lens)...)
+		out = append(out, kv.KeysToBytes(res.Keys)...)
+		out = append(out, kv.LensToBytes(res.Lens)...)
 		out = append(out, res.Vals...)
 	}
 	return out, nil
 }
 
 // fallbackImport installs fallbackExport's state by initializing pushes.
-func (e *serverElastic) fallbackImport(state []byte) error {
+func (e *serverAgent) fallbackImport(state []byte) error {
 	for len(state) > 0 {
 		if len(state) < 24 {
 			return fmt.Errorf("fallback state truncated: %d bytes left", len(state))
@@ -160,17 +106,17 @@ func (e *serverElastic) fallbackImport(state []byte) error {
 		if need > uint64(len(state)) {
 			return fmt.Errorf("fallback state claims %d bytes, %d left", need, len(state))
 		}
-		keys, err := BytesToKeys(state[:nk*8])
+		keys, err := kv.BytesToKeys(state[:nk*8])
 		if err != nil {
 			return err
 		}
-		lens, err := BytesToLens(state[nk*8 : nk*8+nl*4])
+		lens, err := kv.BytesToLens(state[nk*8 : nk*8+nl*4])
 		if err != nil {
 			return err
 		}
 		vals := state[nk*8+nl*4 : need]
 		state = state[need:]
-		if _, err := e.local(e.localRequest(true, cmd, slices.Clone(keys), dt, vals, slices.Clone(lens))); err != nil {
+		if _, err := e.s.HandleLocal(kv.LocalRequest{Push: true, Cmd: cmd, DataType: dt, Data: kv.KVPairs{Keys: slices.Clone(keys), Vals: vals, Lens: slices.Clone(lens)}}, localTimeout); err != nil {
 			return fmt.Errorf("installing %d keys by an initializing push: %w", nk, err)
 		}
 	}

@@ -125,7 +125,7 @@ func startSyncJob(t *testing.T, ns, nw int) (*elasticJob, map[int32]*syncStore) 
 	for i, srv := range j.srvs {
 		st := newSyncStore(nw)
 		srv.SetRequestHandler(st.handle)
-		require.NoError(t, srv.SetMigrator(st))
+		require.NoError(t, j.srvEl[i].SetMigrator(st))
 		stores[j.servers[i].MyNode().ID] = st
 	}
 	return j, stores
@@ -156,7 +156,7 @@ func (j *elasticJob) pushAll(t *testing.T, keys []uint64, vals []float32) {
 // owner), so it completes without waiting for a timeout.
 func moveDuringRound(t *testing.T, j *elasticJob, stores map[int32]*syncStore, keys []uint64, vals []float32, k uint64) {
 	t.Helper()
-	from := j.sched.Routing().Current()
+	from := j.coord.Table().Current()
 	to := int32(message.ServerRankToID(1))
 	if from.Intervals[from.Find(k)].Node == to {
 		to = int32(message.ServerRankToID(0))
@@ -176,7 +176,7 @@ func moveDuringRound(t *testing.T, j *elasticJob, stores map[int32]*syncStore, k
 		res, err := j.coord.Move(k, k+1, to)
 		done <- result{res, err}
 	}()
-	require.Eventually(t, func() bool { return j.workers[1].Routing().Epoch() > from.Epoch }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return j.wrkEl[1].Table().Epoch() > from.Epoch }, 10*time.Second, time.Millisecond,
 		"worker 1 has the move's first table")
 	tsY, err := kv.Push(y, keys, vals, nil, kv.Options{})
 	require.NoError(t, err)
@@ -185,7 +185,7 @@ func moveDuringRound(t *testing.T, j *elasticJob, stores map[int32]*syncStore, k
 	r := <-done
 	// the move's error is its timeout when the round was split
 	require.NoError(t, r.err)
-	require.Equal(t, to, j.sched.Routing().Current().Intervals[j.sched.Routing().Current().Find(k)].Node)
+	require.Equal(t, to, j.coord.Table().Current().Intervals[j.coord.Table().Current().Find(k)].Node)
 }
 
 // A synchronous round in progress on the old owner when a move of one of

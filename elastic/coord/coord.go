@@ -1,6 +1,6 @@
-// Package coord is the scheduler's migration coordinator: it carries out
+// Package coord is elastic mode's scheduler side: the migration coordinator: it carries out
 // moves of key ranges between servers, one reconfiguration at a time, over
-// the elastic control messages of package kv. What to move is decided by
+// the elastic control messages of package elastic. What to move is decided by
 // package rebalance; how a move stays exactly-once is described in
 // Coordinator.Move.
 package coord
@@ -14,17 +14,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // Coordinator runs migrations on the scheduler.
 type Coordinator struct {
-	po   *postoffice.Postoffice
-	link *kv.ElasticLink
-	log  *slog.Logger
+	po    *postoffice.Postoffice
+	link  *elastic.Link
+	table *routing.Table // the job's authoritative routing table
+	log   *slog.Logger
 
 	// Timeout bounds each step (a node's answer, the old owner's export).
 	Timeout time.Duration
@@ -58,14 +60,14 @@ type nodeRoutes struct {
 }
 
 type export struct {
-	mv    kv.Move
+	mv    elastic.Move
 	state []byte
 	err   error // the old owner could not export (it keeps the keys)
 }
 
 // Result describes one finished (or aborted) move.
 type Result struct {
-	Move     kv.Move
+	Move     elastic.Move
 	CutSeq   uint64
 	Bytes    int // state moved
 	Started  time.Time
@@ -78,15 +80,18 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 	if po.Role() != message.RoleScheduler {
 		return nil, errors.New("coord: the coordinator runs on the scheduler")
 	}
-	link, err := kv.NewElasticLink(po)
+	link, err := elastic.NewLink(po)
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{po: po, link: link, log: po.Logger(), Timeout: 30 * time.Second, PublishWait: 2 * time.Second,
+	c := &Coordinator{po: po, link: link, table: routing.NewIdentityTable(po.NumServers()), log: po.Logger(), Timeout: 30 * time.Second, PublishWait: 2 * time.Second,
 		exports: make(chan export, 4), nodes: map[int32]*nodeRoutes{}, acked: make(chan struct{})}
 	link.Handle(c.handle)
 	return c, nil
 }
+
+// Table is the job's routing table, as the coordinator publishes it.
+func (c *Coordinator) Table() *routing.Table { return c.table }
 
 // OnLoadReport sets the function that receives servers' load reports.
 func (c *Coordinator) OnLoadReport(f func(from int32, report []byte)) {
@@ -98,8 +103,8 @@ func (c *Coordinator) OnLoadReport(f func(from int32, report []byte)) {
 // handle runs in the link's customer goroutine: it must not block.
 func (c *Coordinator) handle(from int32, head int32, body []byte) ([]byte, error) {
 	switch head {
-	case kv.ElasticExport:
-		mv, state, err := kv.UnmarshalMove(body)
+	case elastic.MsgExport:
+		mv, state, err := elastic.UnmarshalMove(body)
 		if err != nil {
 			return nil, err
 		}
@@ -109,8 +114,8 @@ func (c *Coordinator) handle(from int32, head int32, body []byte) ([]byte, error
 			return nil, errors.New("coord: no migration is waiting for this export")
 		}
 		return nil, nil
-	case kv.ElasticExportFailed:
-		mv, msg, err := kv.UnmarshalMove(body)
+	case elastic.MsgExportFailed:
+		mv, msg, err := elastic.UnmarshalMove(body)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +125,7 @@ func (c *Coordinator) handle(from int32, head int32, body []byte) ([]byte, error
 			return nil, errors.New("coord: no migration is waiting for this export")
 		}
 		return nil, nil
-	case kv.ElasticReport:
+	case elastic.MsgReport:
 		c.mu.Lock()
 		f := c.onLoad
 		c.mu.Unlock()
@@ -160,7 +165,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	c.moveMu.Lock()
 	defer c.moveMu.Unlock()
 	res := Result{Started: time.Now()}
-	r0 := c.po.Routing().Current()
+	r0 := c.table.Current()
 	from, err := owner(r0, begin, end)
 	if err != nil {
 		return res, err
@@ -171,16 +176,16 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	if !c.isServer(to) {
 		return res, fmt.Errorf("coord: node %d is not a server of this job", to)
 	}
-	mv := kv.Move{Begin: begin, End: end, From: from, To: to, Epoch: r0.Epoch + 1}
+	mv := elastic.Move{Begin: begin, End: end, From: from, To: to, Epoch: r0.Epoch + 1}
 	res.Move = mv
 	// drain stale exports of an aborted move
 	for len(c.exports) > 0 {
 		<-c.exports
 	}
-	if _, err := c.link.Call(to, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout); err != nil {
+	if _, err := c.link.Call(to, elastic.MsgAccept, elastic.MarshalMove(mv, nil), c.Timeout); err != nil {
 		return c.finish(res, fmt.Errorf("coord: node %d cannot take keys [%d, %d): %w", to, begin, end, err))
 	}
-	ans, err := c.link.Call(from, kv.ElasticPrepare, kv.MarshalMove(mv, nil), c.Timeout)
+	ans, err := c.link.Call(from, elastic.MsgPrepare, elastic.MarshalMove(mv, nil), c.Timeout)
 	if err != nil || len(ans) != 8 {
 		return c.finish(res, fmt.Errorf("coord: prepare on node %d: %v", from, err))
 	}
@@ -216,7 +221,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		return c.finish(res, fmt.Errorf("coord: %w; the move is aborted and the keys stay on node %d", ex.err, from))
 	}
 	res.Bytes = len(ex.state)
-	if _, err := c.link.Call(to, kv.ElasticImport, kv.MarshalMove(mv, ex.state), c.Timeout); err != nil {
+	if _, err := c.link.Call(to, elastic.MsgImport, elastic.MarshalMove(mv, ex.state), c.Timeout); err != nil {
 		return c.finish(res, c.giveBack(r1, mv, ex.state, fmt.Errorf("coord: install on node %d: %w", to, err)))
 	}
 	r2 := r1.Clone()
@@ -259,7 +264,7 @@ func (c *Coordinator) finish(res Result, err error) (Result, error) {
 // giveBack returns exported state to the old owner after the new owner
 // failed to install it (an install is all or nothing), then rolls the move
 // back; err is the install's failure.
-func (c *Coordinator) giveBack(r1 *postoffice.Routes, mv kv.Move, state []byte, err error) error {
+func (c *Coordinator) giveBack(r1 *routing.Routes, mv elastic.Move, state []byte, err error) error {
 	if aerr := c.returnState(mv, state, err); aerr != nil {
 		return fmt.Errorf("%w; giving the keys back to node %d failed too (their values are lost): %v", err, mv.From, aerr)
 	}
@@ -271,10 +276,10 @@ func (c *Coordinator) giveBack(r1 *postoffice.Routes, mv kv.Move, state []byte, 
 // kept it from the new one. The old owner takes the keys back only if it
 // can install them without doubling what it still holds (accept refuses
 // that).
-func (c *Coordinator) returnState(mv kv.Move, state []byte, why error) error {
-	_, err := c.link.Call(mv.From, kv.ElasticAccept, kv.MarshalMove(mv, nil), c.Timeout)
+func (c *Coordinator) returnState(mv elastic.Move, state []byte, why error) error {
+	_, err := c.link.Call(mv.From, elastic.MsgAccept, elastic.MarshalMove(mv, nil), c.Timeout)
 	if err == nil {
-		_, err = c.link.Call(mv.From, kv.ElasticImport, kv.MarshalMove(mv, state), c.Timeout)
+		_, err = c.link.Call(mv.From, elastic.MsgImport, elastic.MarshalMove(mv, state), c.Timeout)
 	}
 	if err != nil {
 		// The state left the old owner and neither server holds it now.
@@ -287,7 +292,7 @@ func (c *Coordinator) returnState(mv kv.Move, state []byte, why error) error {
 
 // reclaim waits for the export of mv, which the old owner made before the
 // abort reached it, and installs it back there.
-func (c *Coordinator) reclaim(mv kv.Move) {
+func (c *Coordinator) reclaim(mv elastic.Move) {
 	deadline := time.NewTimer(c.Timeout)
 	defer deadline.Stop()
 	for {
@@ -319,7 +324,7 @@ func (c *Coordinator) reclaim(mv kv.Move) {
 // coordinator; if not and the old owner answers the abort with "exported
 // already", the state is on its way and goes back to it (reclaim) before
 // the keys do.
-func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move, haveExport bool) {
+func (c *Coordinator) rollback(r1 *routing.Routes, mv elastic.Move, haveExport bool) {
 	r := r1.Clone()
 	r.Epoch = r1.Epoch + 1
 	for i := range r.Intervals {
@@ -330,7 +335,7 @@ func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move, haveExport boo
 	}
 	r.Coalesce()
 	for _, id := range []int32{mv.From, mv.To} {
-		ans, err := c.link.Call(id, kv.ElasticAbort, kv.MarshalMove(mv, nil), c.Timeout)
+		ans, err := c.link.Call(id, elastic.MsgAbort, elastic.MarshalMove(mv, nil), c.Timeout)
 		if err != nil {
 			c.log.Warn("coord: abort not acknowledged", "node", id, "err", err)
 			continue
@@ -354,12 +359,12 @@ func (c *Coordinator) rollback(r1 *postoffice.Routes, mv kv.Move, haveExport boo
 // newest table in the background (deliver). A server that gets a request
 // routed by a newer table than its own holds it until that table arrives,
 // so the order only spares such waits.
-func (c *Coordinator) publish(r *postoffice.Routes, first ...int32) error {
-	c.po.Routing().Update(r)
+func (c *Coordinator) publish(r *routing.Routes, first ...int32) error {
+	c.table.Update(r)
 	c.po.ElasticMetrics().RoutingEpoch.Set(float64(r.Epoch))
 	body := r.Marshal()
 	for _, id := range first {
-		if _, err := c.link.Call(id, kv.ElasticRoutes, body, c.Timeout); err != nil {
+		if _, err := c.link.Call(id, elastic.MsgRoutes, body, c.Timeout); err != nil {
 			return fmt.Errorf("coord: routing epoch %d not delivered to node %d: %w", r.Epoch, id, err)
 		}
 		c.ack(id, r.Epoch)
@@ -458,7 +463,7 @@ func (c *Coordinator) ack(id int32, epoch uint64) {
 	if epoch > n.acked {
 		n.acked = epoch
 	}
-	caughtUp := n.lagging && n.acked >= c.po.Routing().Epoch()
+	caughtUp := n.lagging && n.acked >= c.table.Epoch()
 	if caughtUp {
 		n.lagging = false
 	}
@@ -500,7 +505,7 @@ func (c *Coordinator) deliver(id int32, n *nodeRoutes) {
 			return
 		}
 		for {
-			r := c.po.Routing().Current()
+			r := c.table.Current()
 			c.dmu.Lock()
 			done := n.acked >= r.Epoch
 			c.dmu.Unlock()
@@ -508,7 +513,7 @@ func (c *Coordinator) deliver(id int32, n *nodeRoutes) {
 				break
 			}
 			start := time.Now()
-			_, err := c.link.Call(id, kv.ElasticRoutes, r.Marshal(), c.Timeout)
+			_, err := c.link.Call(id, elastic.MsgRoutes, r.Marshal(), c.Timeout)
 			if err == nil {
 				c.ack(id, r.Epoch)
 				continue
@@ -541,7 +546,7 @@ func (c *Coordinator) isServer(id int32) bool {
 }
 
 // owner returns the single server that owns all of [begin, end).
-func owner(r *postoffice.Routes, begin, end uint64) (int32, error) {
+func owner(r *routing.Routes, begin, end uint64) (int32, error) {
 	if end <= begin {
 		return 0, fmt.Errorf("coord: empty key range [%d, %d)", begin, end)
 	}

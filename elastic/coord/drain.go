@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/elasticps/elasticps/kv"
-	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // Drain moves every key range of server id to the other servers (spread
@@ -26,8 +26,8 @@ func (c *Coordinator) Drain(id int32) ([]Result, error) {
 	}
 	var results []Result
 	for {
-		r := c.po.Routing().Current()
-		i := slices.IndexFunc(r.Intervals, func(iv postoffice.Interval) bool { return iv.Node == id })
+		r := c.table.Current()
+		i := slices.IndexFunc(r.Intervals, func(iv routing.Interval) bool { return iv.Node == id })
 		if i < 0 {
 			break
 		}
@@ -52,7 +52,7 @@ func (c *Coordinator) Drain(id int32) ([]Result, error) {
 	if err := c.po.Leave(id); err != nil {
 		return results, err
 	}
-	if _, err := c.link.Call(id, kv.ElasticLeave, nil, c.Timeout); err != nil {
+	if _, err := c.link.Call(id, elastic.MsgLeave, nil, c.Timeout); err != nil {
 		c.log.Warn("coord: drained server did not acknowledge leaving", "node", id, "err", err)
 	}
 	c.log.Info("coord: server drained and left", "node", id, "moves", len(results))
@@ -68,7 +68,7 @@ func (c *Coordinator) ReleaseStandbys() {
 			c.log.Warn("coord: standby not released", "node", id, "err", err)
 			continue
 		}
-		if _, err := c.link.Call(id, kv.ElasticLeave, nil, c.Timeout); err != nil {
+		if _, err := c.link.Call(id, elastic.MsgLeave, nil, c.Timeout); err != nil {
 			c.log.Warn("coord: standby did not acknowledge the end of the job", "node", id, "err", err)
 		}
 	}

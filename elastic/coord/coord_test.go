@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
@@ -27,8 +28,11 @@ type elasticJob struct {
 	servers []*postoffice.Postoffice
 	stores  []*kv.DefaultHandler
 	srvs    []*kv.Server
+	srvEl   []*elastic.Node // the servers' elastic sides
 	workers []*postoffice.Postoffice
+	wrkEl   []*elastic.Node // the workers' elastic sides
 	kvw     []*kv.Worker
+	stuckEl *elastic.Node // the stuck node's, once unstuck (stuckWorker)
 }
 
 func logger() *slog.Logger {
@@ -86,24 +90,25 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	j.coord.Timeout = 10 * time.Second
 	for range ns {
 		po := newNode(message.RoleServer)
-		srv, err := kv.NewServer(po, 0)
+		en, err := elastic.Attach(po)
 		require.NoError(t, err)
 		store := kv.NewDefaultHandler()
+		var srv *kv.Server
 		if opts.fallback {
-			srv.SetRequestHandler(opaque{store}.handle)
-			require.NoError(t, srv.EnableElastic(nil))
+			srv, err = en.NewServer(0, kv.ServerOptions{Handler: opaque{store}.handle}, nil)
 		} else {
-			srv.SetRequestHandler(store.Handle)
-			require.NoError(t, srv.EnableElastic(store))
+			srv, err = en.NewServer(0, kv.ServerOptions{Handler: store.Handle}, store)
 		}
-		j.servers, j.stores, j.srvs = append(j.servers, po), append(j.stores, store), append(j.srvs, srv)
+		require.NoError(t, err)
+		j.servers, j.stores, j.srvs, j.srvEl = append(j.servers, po), append(j.stores, store), append(j.srvs, srv), append(j.srvEl, en)
 	}
 	for range nw {
 		po := newNode(message.RoleWorker)
-		w, err := kv.NewWorker(po, 0, 0)
+		en, err := elastic.Attach(po)
 		require.NoError(t, err)
-		require.NoError(t, kv.EnableElastic(po))
-		j.workers, j.kvw = append(j.workers, po), append(j.kvw, w)
+		w, err := en.NewWorker(0, 0)
+		require.NoError(t, err)
+		j.workers, j.kvw, j.wrkEl = append(j.workers, po), append(j.kvw, w), append(j.wrkEl, en)
 	}
 	all := append(append([]*postoffice.Postoffice{j.sched}, j.servers...), j.workers...)
 	if opts.stuckWorker {
@@ -115,7 +120,9 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 			once.Do(func() {
 				close(release)
 				app.Close()
-				require.NoError(t, kv.EnableElastic(j.stuck))
+				en, err := elastic.Attach(j.stuck)
+				require.NoError(t, err)
+				j.stuckEl = en
 			})
 		}
 		t.Cleanup(func() { once.Do(func() { close(release); app.Close() }) })
@@ -123,7 +130,7 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	}
 	if opts.stuckServer {
 		j.stuck = newNode(message.RoleServer)
-		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { return d.Head == kv.ElasticAccept })
+		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { return d.Head == elastic.MsgAccept })
 		t.Cleanup(app.Close)
 		all = append(all, j.stuck)
 	}
@@ -145,7 +152,7 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 // success when answer says so (the link's wire form: a 0 byte, then the
 // body) and never answers the others.
 func stuckLink(t *testing.T, po *postoffice.Postoffice, answer func(kv.SimpleData) bool) *kv.SimpleApp {
-	app, err := kv.NewSimpleApp(po, kv.ElasticAppID, kv.ElasticAppID)
+	app, err := kv.NewSimpleApp(po, elastic.AppID, elastic.AppID)
 	require.NoError(t, err)
 	app.SetRequestHandler(func(d kv.SimpleData, a *kv.SimpleApp) {
 		if answer(d) {
@@ -257,7 +264,7 @@ func TestNoLostUpdateUnderMigrations(t *testing.T) {
 			t.Logf("%d moves done, %d pushes, %d redirects", ok, pushes, redirects)
 			require.GreaterOrEqual(t, ok, 10, "too few migrations happened to test anything")
 			// the keys really are spread differently now
-			require.Greater(t, j.sched.Routing().Epoch(), uint64(10))
+			require.Greater(t, j.coord.Table().Epoch(), uint64(10))
 		})
 	}
 }
@@ -330,7 +337,7 @@ func scaleOutAndIn(t *testing.T, syncMode bool) {
 	stopAt.Store(maxRound.Load() + 5)
 	wg.Wait()
 	require.Equal(t, pushes[0], pushes[1])
-	for _, iv := range j.sched.Routing().Current().Intervals {
+	for _, iv := range j.coord.Table().Current().Intervals {
 		require.NotEqual(t, drained, iv.Node, "interval still on the drained server")
 	}
 	var gone *postoffice.Postoffice
@@ -424,11 +431,11 @@ func (j *elasticJob) startStandby(t *testing.T) *postoffice.Postoffice {
 	po, err := postoffice.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(po.Stop)
-	srv, err := kv.NewServer(po, 0)
+	en, err := elastic.Attach(po)
 	require.NoError(t, err)
 	store := kv.NewDefaultHandler()
-	srv.SetRequestHandler(store.Handle)
-	require.NoError(t, srv.EnableElastic(store))
+	_, err = en.NewServer(0, kv.ServerOptions{Handler: store.Handle}, store)
+	require.NoError(t, err)
 	require.NoError(t, po.Start(0))
 	return po
 }
@@ -452,7 +459,7 @@ func TestFallbackHandOver(t *testing.T) {
 	// a server without Migrator that held it: see below)
 	moved := 0
 	for _, k := range keys {
-		r := j.sched.Routing().Current()
+		r := j.coord.Table().Current()
 		to := int32(message.ServerRankToID(0))
 		if r.Intervals[r.Find(k)].Node == to {
 			to = int32(message.ServerRankToID(1))
@@ -464,7 +471,7 @@ func TestFallbackHandOver(t *testing.T) {
 	// moving a key back to a server that held it is refused up front
 	k := keys[0]
 	back := int32(message.ServerRankToID(0))
-	if j.sched.Routing().Current().Intervals[j.sched.Routing().Current().Find(k)].Node == back {
+	if j.coord.Table().Current().Intervals[j.coord.Table().Current().Find(k)].Node == back {
 		back = int32(message.ServerRankToID(1))
 	}
 	_, err := j.coord.Move(k, k+1, back)
@@ -503,9 +510,9 @@ func TestFailedHandOverLosesNothing(t *testing.T) {
 	const rounds = 300
 	j := startElasticJob(t, 2, 2)
 	flaky := make([]*flakyMigrator, len(j.srvs)) // by server rank
-	for i, srv := range j.srvs {
+	for i, en := range j.srvEl {
 		f := &flakyMigrator{DefaultHandler: j.stores[i]}
-		require.NoError(t, srv.SetMigrator(f))
+		require.NoError(t, en.SetMigrator(f))
 		flaky[j.servers[i].MyRank()] = f
 	}
 	keys, vals := j.firstKeys(4)
@@ -518,14 +525,14 @@ func TestFailedHandOverLosesNothing(t *testing.T) {
 	res, err := j.coord.Move(k, k+2, s1)
 	require.ErrorContains(t, err, "injected export failure")
 	require.Less(t, res.Duration, j.coord.Timeout/2, "a failed export aborts the move at once")
-	r := j.sched.Routing().Current()
+	r := j.coord.Table().Current()
 	require.Equal(t, s0, r.Intervals[r.Find(k)].Node, "the keys stay on the old owner")
 
 	flaky[1].failImport.Store(true)
 	_, err = j.coord.Move(k, k+2, s1)
 	require.ErrorContains(t, err, "injected import failure")
 	require.ErrorContains(t, err, "went back")
-	r = j.sched.Routing().Current()
+	r = j.coord.Table().Current()
 	require.Equal(t, s0, r.Intervals[r.Find(k)].Node, "the keys went back to the old owner")
 
 	// and they still move when nothing fails, there and back

@@ -1,0 +1,118 @@
+package elastic
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// Handler answers one elastic request from node from; its result is the
+// answer's body, or an error the caller's Call returns.
+type Handler func(from int32, head int32, body []byte) ([]byte, error)
+
+// Link is a node's end of the elastic control messages: the SimpleApp of
+// AppID, with request/answer correlation for callers that wait. The
+// scheduler's coordinator calls nodes with it; the nodes' agents answer and
+// send their exports and reports with it. One per node.
+type Link struct {
+	app *kv.SimpleApp
+	po  *postoffice.Postoffice
+
+	mu      sync.Mutex
+	waiters map[int32]chan kv.SimpleData
+	handle  Handler
+}
+
+// NewLink registers the elastic app on po.
+func NewLink(po *postoffice.Postoffice) (*Link, error) {
+	app, err := kv.NewSimpleApp(po, AppID, AppID)
+	if err != nil {
+		return nil, err
+	}
+	l := &Link{app: app, po: po, waiters: map[int32]chan kv.SimpleData{}}
+	app.SetResponseHandler(func(d kv.SimpleData, _ *kv.SimpleApp) {
+		l.mu.Lock()
+		ch := l.waiters[d.Timestamp]
+		delete(l.waiters, d.Timestamp)
+		l.mu.Unlock()
+		if ch != nil {
+			ch <- d
+		}
+	})
+	app.SetRequestHandler(func(d kv.SimpleData, a *kv.SimpleApp) {
+		l.mu.Lock()
+		h := l.handle
+		l.mu.Unlock()
+		var body []byte
+		var err error
+		if h != nil {
+			body, err = h(d.Sender, d.Head, d.Body)
+		} else {
+			err = errors.New("no elastic handler on this node")
+		}
+		if err != nil {
+			// Errors travel as a body starting with 0xff.
+			body = append([]byte{0xff}, err.Error()...)
+		} else {
+			body = append([]byte{0}, body...)
+		}
+		if rerr := a.Response(d, body); rerr != nil {
+			po.Logger().Error("elastic: cannot answer", "to", d.Sender, "err", rerr)
+		}
+	})
+	return l, nil
+}
+
+// Call sends a request to node and waits for its answer.
+func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) ([]byte, error) {
+	ch := make(chan kv.SimpleData, 1)
+	// The response handler runs in the customer goroutine after Request
+	// returns the timestamp, so register under the lock first.
+	l.mu.Lock()
+	ts, err := l.app.Request(head, body, int(node))
+	if err != nil {
+		l.mu.Unlock()
+		return nil, err
+	}
+	l.waiters[ts] = ch
+	l.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case d := <-ch:
+		if len(d.Body) == 0 {
+			return nil, fmt.Errorf("elastic: empty answer from node %d", node)
+		}
+		if d.Body[0] == 0xff {
+			return nil, fmt.Errorf("elastic: node %d: %s", node, d.Body[1:])
+		}
+		return d.Body[1:], nil
+	case <-t.C:
+		l.mu.Lock()
+		delete(l.waiters, ts)
+		l.mu.Unlock()
+		name := MessageName(head)
+		l.po.ElasticMetrics().ControlUnansweredTotal.WithLabelValues(strconv.Itoa(int(node)), name).Inc()
+		return nil, fmt.Errorf("elastic: node %d: %w to %s (request %d) within %v", node, ErrNoAnswer, name, ts, timeout)
+	case <-l.po.Done():
+		return nil, postoffice.ErrStopped
+	}
+}
+
+// Post sends a one-way request (its answer is ignored).
+func (l *Link) Post(node int32, head int32, body []byte) error {
+	_, err := l.app.Request(head, body, int(node))
+	return err
+}
+
+// Handle sets the function answering incoming elastic requests.
+func (l *Link) Handle(h Handler) {
+	l.mu.Lock()
+	l.handle = h
+	l.mu.Unlock()
+}

@@ -1,0 +1,19 @@
+package elastic
+
+// Migrator is implemented by server handlers that can hand the state of a
+// key range to another server (kv.DefaultHandler does). Export returns an
+// opaque snapshot of every key in [begin, end) and stops serving them;
+// Import installs such a snapshot. Handlers without it fall back to
+// capturing values through their own pull path and installing them as
+// initializing pushes (see Server's doc).
+//
+// Export and Import run on their own goroutine, concurrently with the
+// handler serving other keys. Both must be all or nothing: an Export that
+// fails keeps every key (the move is aborted and the keys stay), an Import
+// that fails installs none (the snapshot goes back to the old owner, which
+// imports it again). Export and Import may each run several times for the
+// same keys (a range may move away and come back).
+type Migrator interface {
+	Export(begin, end uint64) ([]byte, error)
+	Import(state []byte) error
+}

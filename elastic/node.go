@@ -1,0 +1,205 @@
+package elastic
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
+)
+
+// Node is one node's elastic side: its end of the elastic control messages
+// (Link), the routing table its workers follow, and, on a server, the agent
+// that gates requests and carries out migrations. It belongs to whoever
+// owns the node's Postoffice; there is no process-wide state, so several
+// nodes may run in one process.
+//
+// Open returns a nil *Node for a job that is not elastic; its methods
+// then fail (NewWorker, NewServer, SetMigrator) or report nothing.
+type Node struct {
+	po     *postoffice.Postoffice
+	link   *Link
+	table  *routing.Table
+	server atomic.Pointer[serverAgent]
+	every  time.Duration // between load reports
+}
+
+// Open returns the elastic side of a server or worker po when the job is
+// elastic (PS_ELASTIC=1 in po's configuration), and nil otherwise (also for
+// the scheduler, whose elastic side is the coordinator, package
+// elastic/coord). Call it once per Postoffice, before creating the node's
+// workers and servers.
+func Open(po *postoffice.Postoffice) (*Node, error) {
+	if po == nil {
+		return nil, errors.New("elastic: nil postoffice")
+	}
+	if !po.Config().Elastic || po.Role() == message.RoleScheduler {
+		return nil, nil
+	}
+	return Attach(po)
+}
+
+// Attach makes po a node of an elastic job whatever its configuration says
+// (tests and tools that switch elastic mode on by hand). Once per
+// Postoffice: a second Attach fails, because the elastic app is registered
+// already.
+func Attach(po *postoffice.Postoffice) (*Node, error) {
+	if po.Role() == message.RoleScheduler {
+		return nil, errors.New("elastic: the scheduler runs the coordinator (package elastic/coord), not a node agent")
+	}
+	l, err := NewLink(po)
+	if err != nil {
+		return nil, fmt.Errorf("elastic: %w", err)
+	}
+	n := &Node{po: po, link: l, table: routing.NewIdentityTable(po.NumServers()), every: reportInterval(po)}
+	l.Handle(n.handle)
+	return n, nil
+}
+
+// handle answers the scheduler's elastic messages: a server's agent takes
+// them all; a worker node only follows routing tables.
+func (n *Node) handle(from int32, head int32, body []byte) ([]byte, error) {
+	if a := n.server.Load(); a != nil {
+		return a.handle(from, head, body)
+	}
+	if head != MsgRoutes {
+		return nil, fmt.Errorf("a worker does not handle elastic message %s", MessageName(head))
+	}
+	r, err := routing.UnmarshalRoutes(body)
+	if err != nil {
+		return nil, err
+	}
+	n.table.Update(r)
+	return nil, nil
+}
+
+// Table is the node's routing table (the identity until the scheduler
+// moves keys).
+func (n *Node) Table() *routing.Table { return n.table }
+
+// NewWorker creates a worker of this node (kv.NewWorker) that routes by the
+// node's table, numbers its pushes for cut-overs and reports its round
+// trips to the scheduler every PS_REPORT_INTERVAL, which the balancer uses
+// as the job's iteration-time signal.
+func (n *Node) NewWorker(appID, customerID int) (*kv.Worker, error) {
+	if n == nil {
+		return nil, errNotElastic("worker")
+	}
+	r := &workerRouter{node: n}
+	w, err := kv.NewWorkerWith(n.po, appID, customerID, kv.WorkerOptions{Router: r})
+	if err != nil {
+		return nil, err
+	}
+	go r.reportLoop(w)
+	return w, nil
+}
+
+// NewServer creates a server of this node (kv.NewServerWith) whose keys the
+// scheduler may move: requests pass its gate first. mig hands key-range
+// state over (kv.DefaultHandler implements it); with nil, and until
+// SetMigrator, keys move by the generic hand-over (see fallback.go). One
+// server per node.
+func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Server, error) {
+	if n == nil {
+		return nil, errNotElastic("server")
+	}
+	if n.server.Load() != nil {
+		return nil, errors.New("elastic: this node has a server already; a node serves one key range set")
+	}
+	var agent *serverAgent
+	opts.Gate = func(s *kv.Server) kv.RequestGate {
+		agent = newServerAgent(n, s, mig)
+		return agent
+	}
+	s, err := kv.NewServerWith(n.po, appID, opts)
+	if err != nil {
+		return nil, err
+	}
+	n.server.Store(agent)
+	go agent.tickLoop()
+	go agent.reportLoop(n.every)
+	return s, nil
+}
+
+// SetMigrator sets the state hand-over of the node's server.
+func (n *Node) SetMigrator(m Migrator) error {
+	a := n.agent()
+	if a == nil {
+		return errors.New("elastic: SetMigrator on a node without an elastic server (PS_ELASTIC=1 and Node.NewServer)")
+	}
+	a.mig.Store(&m)
+	return nil
+}
+
+// Redirected counts the requests the node's server answered with a
+// redirect during migrations.
+func (n *Node) Redirected() int64 {
+	if a := n.agent(); a != nil {
+		return a.redirected.Load()
+	}
+	return 0
+}
+
+func (n *Node) agent() *serverAgent {
+	if n == nil {
+		return nil
+	}
+	return n.server.Load()
+}
+
+func errNotElastic(what string) error {
+	return fmt.Errorf("elastic: no elastic node: create the %s with kv directly, or open the node with elastic.Open on a job with PS_ELASTIC=1", what)
+}
+
+func newServerAgent(n *Node, s *kv.Server, mig Migrator) *serverAgent {
+	a := &serverAgent{s: s, po: n.po, node: n, routes: n.table.Current(), hist: map[uint64]*keyState{},
+		inflight: map[*inflightReq]struct{}{}, exportTimeout: 2 * time.Second}
+	if mig != nil {
+		a.mig.Store(&mig)
+	}
+	return a
+}
+
+// workerRouter is a worker's kv.Router in an elastic job.
+type workerRouter struct {
+	node *Node
+	// round trips of completed operations since the last report
+	ops, rttNanos, handleNanos atomic.Int64
+}
+
+func (r *workerRouter) Table() *routing.Table { return r.node.table }
+func (r *workerRouter) NumbersPushes() bool   { return true }
+
+func (r *workerRouter) OperationDone(rtt, handling time.Duration) {
+	r.ops.Add(1)
+	r.rttNanos.Add(int64(rtt))
+	r.handleNanos.Add(int64(handling))
+}
+
+func (r *workerRouter) reportLoop(w *kv.Worker) {
+	t := time.NewTicker(r.node.every)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-r.node.po.Done():
+			return
+		case <-w.Customer().Closed():
+			return
+		case now := <-t.C:
+			ops, rtt, handle := r.ops.Swap(0), r.rttNanos.Swap(0), r.handleNanos.Swap(0)
+			rep := WorkerReport{Interval: now.Sub(last), Ops: ops}
+			if ops > 0 {
+				rep.MeanRTT, rep.MeanHandling = time.Duration(rtt/ops), time.Duration(handle/ops)
+			}
+			last = now
+			if err := r.node.link.Post(message.SchedulerID, MsgReport, rep.Marshal()); err != nil {
+				r.node.po.Logger().Debug("elastic: worker report not sent", "err", err)
+			}
+		}
+	}
+}

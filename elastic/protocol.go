@@ -1,0 +1,113 @@
+package elastic
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// AppID is the app id of elasticps's elastic control messages
+// (routing tables, migrations, load reports). They travel as SimpleApp
+// messages between the scheduler's coordinator and the nodes' agents, so
+// the ps-lite wire format is unchanged. Only jobs whose nodes are all
+// elasticps enable elastic mode (PS_ELASTIC): a C++ ps-lite node would
+// abort on a message for an app it does not know.
+const AppID = 0x7e1a
+
+// Heads (Meta.Head) of the elastic control messages.
+const (
+	// MsgRoutes: scheduler -> node, body = routing.Routes.Marshal().
+	MsgRoutes int32 = 1 + iota
+	// MsgPrepare: scheduler -> old owner, body = move; the reply body is
+	// the cut-over push sequence number (8 bytes).
+	MsgPrepare
+	// MsgExport: old owner -> scheduler, body = move + state.
+	MsgExport
+	// MsgImport: scheduler -> new owner, body = move + state; replied
+	// once installed.
+	MsgImport
+	// MsgAbort: scheduler -> old and new owner, body = move; the reply
+	// body is 1 byte, 1 when the old owner had exported the keys already
+	// (their state is on its way to the scheduler).
+	MsgAbort
+	// MsgReport: server -> scheduler, body = a load report.
+	MsgReport
+	// MsgLeave: scheduler -> drained server: leave the job.
+	MsgLeave
+	// MsgAccept: scheduler -> new owner, before a move: can it take
+	// the keys? (answered with an error when it cannot)
+	MsgAccept
+	// MsgExportFailed: old owner -> scheduler, body = move + the
+	// error's text: the export failed, abort the move now rather than
+	// after the timeout.
+	MsgExportFailed
+)
+
+// MessageName names an elastic control message for logs and
+// metrics ("routes", "prepare", ...).
+func MessageName(head int32) string {
+	switch head {
+	case MsgRoutes:
+		return "routes"
+	case MsgPrepare:
+		return "prepare"
+	case MsgExport:
+		return "export"
+	case MsgImport:
+		return "import"
+	case MsgAbort:
+		return "abort"
+	case MsgReport:
+		return "report"
+	case MsgLeave:
+		return "leave"
+	case MsgAccept:
+		return "accept"
+	case MsgExportFailed:
+		return "export-failed"
+	}
+	return "message " + strconv.Itoa(int(head))
+}
+
+// ErrNoAnswer is wrapped by the error of an elastic call that the peer did
+// not answer within its timeout. Each one is counted in
+// elasticps_elastic_unanswered_total{node,message} on the calling node.
+var ErrNoAnswer = errors.New("no answer")
+
+// Move names one migration: keys [Begin, End) go from node From to node
+// To, in routing epoch Epoch.
+type Move struct {
+	Begin, End uint64
+	From, To   int32
+	Epoch      uint64
+}
+
+const moveWire = 8 + 8 + 4 + 4 + 8
+
+// MarshalMove encodes m followed by payload.
+func MarshalMove(m Move, payload []byte) []byte {
+	b := make([]byte, moveWire, moveWire+len(payload))
+	binary.LittleEndian.PutUint64(b, m.Begin)
+	binary.LittleEndian.PutUint64(b[8:], m.End)
+	binary.LittleEndian.PutUint32(b[16:], uint32(m.From))
+	binary.LittleEndian.PutUint32(b[20:], uint32(m.To))
+	binary.LittleEndian.PutUint64(b[24:], m.Epoch)
+	return append(b, payload...)
+}
+
+// UnmarshalMove decodes MarshalMove's output.
+func UnmarshalMove(b []byte) (Move, []byte, error) {
+	if len(b) < moveWire {
+		return Move{}, nil, fmt.Errorf("elastic: move message of %d bytes is shorter than %d", len(b), moveWire)
+	}
+	m := Move{Begin: binary.LittleEndian.Uint64(b), End: binary.LittleEndian.Uint64(b[8:]),
+		From: int32(binary.LittleEndian.Uint32(b[16:])), To: int32(binary.LittleEndian.Uint32(b[20:])),
+		Epoch: binary.LittleEndian.Uint64(b[24:])}
+	if m.End <= m.Begin {
+		return m, nil, fmt.Errorf("elastic: move [%d, %d) is empty", m.Begin, m.End)
+	}
+	return m, b[moveWire:], nil
+}
+
+func encodeU64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }

@@ -1,0 +1,89 @@
+package elastic
+
+import (
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMoveRoundTripsWithItsPayload(t *testing.T) {
+	mv := Move{Begin: 10, End: 20, From: 8, To: 10, Epoch: 3}
+	got, rest, err := UnmarshalMove(MarshalMove(mv, []byte("state")))
+	require.NoError(t, err)
+	assert.Equal(t, mv, got)
+	assert.Equal(t, []byte("state"), rest)
+}
+
+func TestMoveRejectsShortAndEmptyMessages(t *testing.T) {
+	_, _, err := UnmarshalMove(make([]byte, 31))
+	assert.ErrorContains(t, err, "shorter than 32")
+	_, _, err = UnmarshalMove(MarshalMove(Move{Begin: 5, End: 5}, nil))
+	assert.ErrorContains(t, err, "is empty")
+}
+
+func TestReportsRoundTrip(t *testing.T) {
+	lr := LoadReport{Interval: time.Second, Busy: 300 * time.Millisecond,
+		Blocks: []BlockLoad{{Begin: 0, End: 4, Requests: 7, Bytes: 112}, {Begin: 9, End: 10, Requests: 1, Bytes: 8}}}
+	srv, wrk, err := ParseReport(lr.Marshal())
+	require.NoError(t, err)
+	assert.Nil(t, wrk)
+	assert.Equal(t, &lr, srv)
+
+	wr := WorkerReport{Interval: time.Second, Ops: 40, MeanRTT: 2 * time.Millisecond, MeanHandling: time.Millisecond}
+	srv, wrk, err = ParseReport(wr.Marshal())
+	require.NoError(t, err)
+	assert.Nil(t, srv)
+	assert.Equal(t, &wr, wrk)
+}
+
+func TestParseReportRejectsBadInput(t *testing.T) {
+	for name, b := range map[string][]byte{
+		"empty":             nil,
+		"unknown tag":       {'X'},
+		"short worker":      {'W', 1, 2},
+		"short server":      {'S', 1},
+		"blocks past end":   append((&LoadReport{Blocks: []BlockLoad{{}}}).Marshal()[:21], 0),
+		"claims too many":   {'S', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f},
+		"trailing garbage":  append((&LoadReport{}).Marshal(), 1),
+		"worker with extra": append((&WorkerReport{}).Marshal(), 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := ParseReport(b)
+			assert.Error(t, err)
+		})
+	}
+}
+
+func TestMessageNamesAreDistinct(t *testing.T) {
+	seen := map[string]int32{}
+	for h := MsgRoutes; h <= MsgExportFailed; h++ {
+		n := MessageName(h)
+		_, dup := seen[n]
+		assert.False(t, dup, "%d and %d are both %q", seen[n], h, n)
+		seen[n] = h
+	}
+	assert.Equal(t, "message 99", MessageName(99))
+}
+
+func TestOpenIsNilOutsideElasticModeAndOnTheScheduler(t *testing.T) {
+	for _, c := range []struct {
+		role    message.Role
+		elastic bool
+	}{{message.RoleServer, false}, {message.RoleWorker, false}, {message.RoleScheduler, true}} {
+		po, err := postoffice.Open(postoffice.Config{Role: c.role, NumServers: 1, NumWorkers: 1, Elastic: c.elastic,
+			SchedulerHost: "127.0.0.1", SchedulerPort: 1, NodeHost: "127.0.0.1"})
+		require.NoError(t, err)
+		n, err := Open(po)
+		require.NoError(t, err)
+		assert.Nil(t, n, "%s, elastic=%v", c.role, c.elastic)
+		assert.Zero(t, n.Redirected())
+		assert.Error(t, n.SetMigrator(nil))
+		_, err = n.NewWorker(0, 0)
+		assert.ErrorContains(t, err, "no elastic node")
+		po.Stop()
+	}
+}

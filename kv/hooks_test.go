@@ -1,0 +1,161 @@
+package kv
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/routing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// everythingOn routes every key to one server and counts completions.
+type everythingOn struct {
+	table *routing.Table
+	done  atomic.Int64
+}
+
+func newEverythingOn(ranges []routing.Range, server int32) *everythingOn {
+	tab := routing.NewIdentityTable(len(ranges))
+	r := tab.Current().Clone()
+	r.Epoch = 1
+	for i := range r.Intervals {
+		r.Intervals[i].Node = server
+	}
+	tab.Update(r)
+	return &everythingOn{table: tab}
+}
+
+func (r *everythingOn) Table() *routing.Table            { return r.table }
+func (r *everythingOn) NumbersPushes() bool              { return false }
+func (r *everythingOn) OperationDone(_, _ time.Duration) { r.done.Add(1) }
+
+// countingHandler sums like DefaultHandler and counts the requests it saw.
+type countingHandler struct {
+	*DefaultHandler
+	n atomic.Int64
+}
+
+func (h *countingHandler) handle(meta ReqMeta, data KVPairs, s *Server) {
+	h.n.Add(1)
+	h.Handle(meta, data, s)
+}
+
+func TestRouterDecidesWhichServerGetsAKey(t *testing.T) {
+	j := startJob(t, 2, 1, jobOptions{})
+	hs := []*countingHandler{{DefaultHandler: NewDefaultHandler()}, {DefaultHandler: NewDefaultHandler()}}
+	i := 0
+	j.startServersWith(func(s *Server) { s.SetRequestHandler(hs[j.servers[i].MyRank()].handle); i++ })
+	ranges := j.workers[0].ServerKeyRanges()
+	router := newEverythingOn(ranges, int32(message.ServerRankToID(1)))
+	w, err := NewWorkerWith(j.workers[0], 0, 0, WorkerOptions{Router: router})
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+
+	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1}
+	ts, err := Push(w, keys, []float32{3, 4}, nil, Options{})
+	require.NoError(t, err)
+	require.NoError(t, w.Wait(ts))
+	var got []float32
+	ts, err = Pull(w, keys, &got, nil, Options{})
+	require.NoError(t, err)
+	require.NoError(t, w.Wait(ts))
+
+	assert.Equal(t, []float32{3, 4}, got)
+	assert.Zero(t, hs[0].n.Load(), "server rank 0 owns no key in this table")
+	assert.Equal(t, int64(4), hs[1].n.Load(), "a push and a pull, each cut in two spans, all on rank 1")
+	assert.Equal(t, int64(2), router.done.Load())
+}
+
+// holdFirst is a gate that holds back the first request it sees until
+// release, and counts what it admits and what is answered.
+type holdFirst struct {
+	srv      *Server
+	held     chan *message.Message
+	admits   atomic.Int64
+	answered atomic.Int64
+	once     sync.Once
+}
+
+type answeredCounter struct{ g *holdFirst }
+
+func (a answeredCounter) Answered() { a.g.answered.Add(1) }
+
+func (g *holdFirst) Admit(m *message.Message, keys []uint64) (Admitted, bool) {
+	g.admits.Add(1)
+	held := false
+	g.once.Do(func() { held = true })
+	if held {
+		g.held <- m
+		return nil, false
+	}
+	return answeredCounter{g}, true
+}
+
+func TestGateHoldsARequestUntilReadmitted(t *testing.T) {
+	j := startJob(t, 1, 1, jobOptions{})
+	g := &holdFirst{held: make(chan *message.Message, 1)}
+	store := NewDefaultHandler()
+	srv, err := NewServerWith(j.servers[0], 0, ServerOptions{Handler: store.Handle,
+		Gate: func(s *Server) RequestGate { g.srv = s; return g }})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	require.Same(t, srv, g.srv, "the gate is built for its own server before it registers")
+	w := j.newWorker(0, 0)
+	keys := []uint64{7}
+
+	ts, err := Push(w, keys, []float32{5}, nil, Options{})
+	require.NoError(t, err)
+	var held *message.Message
+	select {
+	case held = <-g.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gate never saw the push")
+	}
+	assert.Zero(t, g.answered.Load())
+	srv.Readmit(held)
+	require.NoError(t, waitTimeout(t, 10*time.Second, "readmitted push", func() error { return w.Wait(ts) }))
+
+	var got []float32
+	ts, err = Pull(w, keys, &got, nil, Options{})
+	require.NoError(t, err)
+	require.NoError(t, w.Wait(ts))
+	assert.Equal(t, []float32{5}, got)
+	assert.Equal(t, int64(3), g.admits.Load(), "the push twice (held, readmitted), the pull once")
+	// Answered runs after the response was sent: the worker may be first.
+	assert.Eventually(t, func() bool { return g.answered.Load() == 2 }, 10*time.Second, time.Millisecond)
+}
+
+func TestHandleLocalBypassesTheGate(t *testing.T) {
+	j := startJob(t, 1, 1, jobOptions{})
+	g := &holdFirst{held: make(chan *message.Message, 1)}
+	g.once.Do(func() {}) // hold nothing
+	store := NewDefaultHandler()
+	srv, err := NewServerWith(j.servers[0], 0, ServerOptions{Handler: store.Handle,
+		Gate: func(*Server) RequestGate { return g }})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	keys := []uint64{3, 9}
+
+	_, err = srv.HandleLocal(LocalRequest{Push: true, DataType: message.Float,
+		Data: KVPairs{Keys: keys, Vals: AsBytes([]float32{2, 6})}}, 10*time.Second)
+	require.NoError(t, err)
+	res, err := srv.HandleLocal(LocalRequest{DataType: message.Float, Data: KVPairs{Keys: keys}}, 10*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, keys, res.Keys)
+	vals, err := FromBytes[float32](res.Vals)
+	require.NoError(t, err)
+	assert.Equal(t, []float32{2, 6}, vals)
+	assert.Zero(t, g.admits.Load(), "local requests do not pass the gate")
+
+	w := j.newWorker(0, 0)
+	var got []float32
+	ts, err := Pull(w, keys, &got, nil, Options{})
+	require.NoError(t, err)
+	require.NoError(t, w.Wait(ts))
+	assert.Equal(t, []float32{2, 6}, got)
+	assert.Equal(t, int64(1), g.admits.Load())
+}
