@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/plot"
+	"github.com/elasticps/elasticps/internal/plot"
 )
 
 // stragWritePlot draws the benchmark's figure: every run's iterations/s
