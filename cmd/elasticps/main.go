@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/elasticps/elasticps/internal/bench"
 	"github.com/elasticps/elasticps/launcher"
 	"github.com/elasticps/elasticps/postoffice"
 )
@@ -64,8 +65,8 @@ func run(args []string) int {
 		} else {
 			err = runBench(ctx, args[1:])
 		}
-	case "bench-node":
-		err = runBenchNode(ctx)
+	case bench.NodeCommand:
+		err = bench.RunNode(ctx)
 	case "straggler-node":
 		err = runStragglerNode(ctx)
 	case "ctl":
