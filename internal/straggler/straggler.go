@@ -478,7 +478,27 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 	}
 	r.t0 = workers[0].T0
 
-	// iterations/s
+	if err := r.rates(workers, o); err != nil {
+		return nil, err
+	}
+	final, windows := r.moves(workers, o.Servers, blocks)
+	if t := linkBound(final, o.Workers, bw); t > 0 {
+		r.ModelItPerSec = 1 / t
+	}
+	fb := serverBytes(final, o.Servers)
+	var sum int64
+	for _, b := range fb {
+		sum += b
+	}
+	for _, b := range fb {
+		r.FinalShare = append(r.FinalShare, float64(b)/float64(max(sum, 1)))
+	}
+	r.stalls(workers, windows)
+	return r, nil
+}
+
+// rates computes the iterations/s of the workers' records.
+func (r *jobResult) rates(workers []workerResult, o Config) error {
 	warm := o.Warmup.Microseconds()
 	if o.Iters > 0 {
 		warm = 0
@@ -487,7 +507,7 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 	for _, w := range workers {
 		n := len(w.IterEnds)
 		if n == 0 {
-			return nil, fmt.Errorf("worker %d finished no iteration", w.Rank)
+			return fmt.Errorf("worker %d finished no iteration", w.Rank)
 		}
 		last := w.IterEnds[n-1]
 		whole = append(whole, float64(n)/(float64(last)/1e6))
@@ -503,11 +523,16 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 	r.ItPerSec, r.ItPerSecWhole, r.Iterations = stats.Mean(rates), stats.Mean(whole), stats.Mean(counts)
 	r.throughput = throughput(workers, r.t0)
 
-	// moves and their stall
-	final := slices.Clone(blocks)
-	var windows [][2]int64 // unix ns, merged
+	return nil
+}
+
+// moves counts the elastic run's plans and moves (those cut off by the end
+// of training aside) and returns the placement the moves left and their
+// time windows (Unix ns, merged).
+func (r *jobResult) moves(workers []workerResult, servers int, blocks []block) (final []block, windows [][2]int64) {
+	final = slices.Clone(blocks)
 	if r.trace != nil {
-		ranges := postoffice.KeyRanges(o.Servers)
+		ranges := postoffice.KeyRanges(servers)
 		var durs []float64
 		end := int64(math.MaxInt64) // when the first worker finished training
 		for _, w := range workers {
@@ -547,17 +572,12 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 		}
 		windows = mergeWindows(windows)
 	}
-	if t := linkBound(final, o.Workers, bw); t > 0 {
-		r.ModelItPerSec = 1 / t
-	}
-	fb := serverBytes(final, o.Servers)
-	var sum int64
-	for _, b := range fb {
-		sum += b
-	}
-	for _, b := range fb {
-		r.FinalShare = append(r.FinalShare, float64(b)/float64(max(sum, 1)))
-	}
+	return final, windows
+}
+
+// stalls compares the latency of worker requests and iterations that
+// overlapped a move with the others'.
+func (r *jobResult) stalls(workers []workerResult, windows [][2]int64) {
 	var during, other, itDuring, itOther []float64
 	for _, w := range workers {
 		for _, op := range w.Ops {
@@ -596,7 +616,6 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 		r.IterDuringMaxMS = num(math.NaN())
 	}
 	r.IterOtherP50MS = num(stats.Quantile(itOther, 0.5))
-	return r, nil
 }
 
 // throughput is the job's iterations/s per worker over time: a 2 s
