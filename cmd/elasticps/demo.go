@@ -7,12 +7,15 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/nodeproc"
+	"github.com/elasticps/elasticps/internal/straggler"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/launcher"
 	"github.com/elasticps/elasticps/message"
@@ -76,16 +79,28 @@ func runDemo(ctx context.Context, args []string) error {
 	fmt.Printf("elasticps demo: logistic regression with %d features, %d servers x %d workers, %d iterations of asynchronous SGD\n",
 		p.Features, *servers, *workers, p.Iters)
 	job := &launcher.Job{NumServers: *servers, NumWorkers: *workers, Command: []string{exe, "demo-node"},
-		Env: append(p.env(), "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_NODE_HOST=127.0.0.1"), Timeout: 10 * time.Minute}
+		Env: append(p.env(), nodeproc.LoopbackEnv()...), Timeout: 10 * time.Minute}
 	if err := job.Run(ctx); err != nil {
 		return err
 	}
 	return stragglerDemo(ctx)
 }
 
+// stragglerDemo is the short version of 'elasticps bench straggler': a
+// bandwidth straggler, static against elastic, about 25 seconds. The plot
+// goes to the temporary directory.
+func stragglerDemo(ctx context.Context) error {
+	o := straggler.DefaultConfig()
+	o.Duration, o.Warmup = 10*time.Second, 4*time.Second
+	o.Healthy, o.Runs = false, []string{"static", "elastic"}
+	o.Plot = filepath.Join(os.TempDir(), "elasticps-straggler-demo.svg")
+	fmt.Println("\nelasticps demo: one slow parameter server (emulated link at 1/4 speed), static placement vs PSLD elastic rebalancing")
+	return straggler.Run(ctx, o, os.Stdout)
+}
+
 // runDemoNode is one process of the demo job.
 func runDemoNode(ctx context.Context) error {
-	cfg, err := configFromEnv("")
+	cfg, err := nodeproc.Config("")
 	if err != nil {
 		return err
 	}
@@ -96,13 +111,11 @@ func runDemoNode(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	po, err := postoffice.Open(cfg)
+	po, release, err := nodeproc.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer po.Stop()
-	stop := context.AfterFunc(ctx, po.Stop)
-	defer stop()
+	defer release()
 	w, err := kv.NewWorker(po, 0, 0)
 	if err != nil {
 		return err

@@ -11,13 +11,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/elasticps/elasticps/internal/bench"
+	"github.com/elasticps/elasticps/internal/straggler"
 	"github.com/elasticps/elasticps/launcher"
-	"github.com/elasticps/elasticps/postoffice"
 )
 
 const usage = `usage: elasticps COMMAND [ARGS]
@@ -64,10 +64,10 @@ func run(args []string) int {
 		} else {
 			err = runBench(ctx, args[1:])
 		}
-	case "bench-node":
-		err = runBenchNode(ctx)
-	case "straggler-node":
-		err = runStragglerNode(ctx)
+	case bench.NodeCommand:
+		err = bench.RunNode(ctx)
+	case straggler.NodeCommand:
+		err = straggler.RunNode(ctx)
 	case "ctl":
 		err = runCtl(args[1:])
 	case "demo-node":
@@ -97,46 +97,4 @@ func runLocal(ctx context.Context, args []string) error {
 		return err
 	}
 	return job.Run(ctx)
-}
-
-// nodeLogger is the logger for a node process: text to stderr, with debug
-// detail at PS_VERBOSE >= 1.
-func nodeLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
-
-// configFromEnv reads the node configuration, checking that the role
-// matches what the command runs.
-func configFromEnv(role string) (postoffice.Config, error) {
-	cfg, err := postoffice.ConfigFromEnv(postoffice.OSEnv)
-	if err != nil {
-		return cfg, err
-	}
-	if role != "" && cfg.Role.String() != role {
-		return cfg, fmt.Errorf("DMLC_ROLE=%s but the command runs a %s: set DMLC_ROLE=%s or run 'elasticps %s'", cfg.Role, role, role, cfg.Role)
-	}
-	cfg.Logger = nodeLogger()
-	cfg.ShareHostCPUs = true // this process runs one node
-	return cfg, nil
-}
-
-// planNodeConfig is the configuration of a benchmark node: the DMLC_*
-// variables the launcher set, and the van the benchmark plan names ("" =
-// the default). The user's own DMLC_PS_VAN_TYPE is ignored, so that it
-// cannot override the plan.
-func planNodeConfig(van string) (postoffice.Config, error) {
-	cfg, err := postoffice.ConfigFromEnv(func(k string) (string, bool) {
-		if k == "DMLC_PS_VAN_TYPE" {
-			return "", false
-		}
-		return os.LookupEnv(k)
-	})
-	if err != nil {
-		return cfg, err
-	}
-	if van != "" {
-		cfg.VanType = van
-	}
-	cfg.ShareHostCPUs = true // this process runs one node
-	return cfg, nil
 }

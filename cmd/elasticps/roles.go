@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"time"
 
+	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
-	"github.com/elasticps/elasticps/rebalance"
 	"github.com/elasticps/elasticps/scheduler/coord"
 )
 
@@ -23,15 +22,15 @@ const statsHead = -7301
 // can stand in for a C++ scheduler or server in a mixed job. The server
 // uses the element-wise sum store.
 func runRole(ctx context.Context, role string) error {
-	cfg, err := configFromEnv(role)
+	cfg, err := nodeproc.Config(role)
 	if err != nil {
 		return err
 	}
-	po, err := postoffice.Open(cfg)
+	po, release, err := nodeproc.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer po.Stop()
+	defer release()
 	if cfg.Role == message.RoleServer {
 		srv, err := kv.NewServer(po, 0)
 		if err != nil {
@@ -54,8 +53,6 @@ func runRole(ctx context.Context, role string) error {
 			return err
 		}
 	}
-	stop := context.AfterFunc(ctx, po.Stop)
-	defer stop()
 	if err := po.Start(0); err != nil {
 		return fmt.Errorf("%s start: %w", role, err)
 	}
@@ -117,19 +114,11 @@ func serveStats(po *postoffice.Postoffice, app *kv.SimpleApp) {
 	})
 }
 
-// startBalancer runs the PSLD loop on an elastic scheduler: the migration
-// coordinator and the planner, every PS_BALANCE_INTERVAL milliseconds
-// (default 2000).
+// startBalancer runs the PSLD loop on an elastic scheduler (see
+// nodeproc.StartBalancer) and serves its control API at PS_CTL_ADDR
+// (default: the scheduler's host, DMLC_PS_ROOT_PORT+1).
 func startBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Balancer, error) {
-	c, err := coord.New(po)
-	if err != nil {
-		return nil, err
-	}
-	every := 2 * time.Second
-	if v, err := strconv.Atoi(os.Getenv("PS_BALANCE_INTERVAL")); err == nil && v > 0 {
-		every = time.Duration(v) * time.Millisecond
-	}
-	bal, err := coord.NewBalancer(c, rebalance.DefaultConfig(), every)
+	c, bal, err := nodeproc.StartBalancer(ctx, po)
 	if err != nil {
 		return nil, err
 	}
@@ -142,12 +131,5 @@ func startBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Balan
 		return nil, err
 	}
 	po.Logger().Info("elastic: control API (elasticps ctl)", "addr", bound)
-	go func() {
-		select {
-		case <-po.Ready():
-			bal.Run(ctx)
-		case <-ctx.Done():
-		}
-	}()
 	return bal, nil
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,24 +12,25 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
-// The bench job's processes are this executable's hidden "bench-node"
+// The bench job's processes are this executable's hidden NodeCommand
 // role. The parent passes the plan in ELASTICPS_BENCH_* variables and reads
 // results back from the workers' stdout, one line per cell, prefixed with
-// benchResultTag; worker 0 also announces each cell with benchProgressTag.
+// resultTag; worker 0 also announces each cell with progressTag.
 const (
-	benchResultTag   = "ELASTICPS_BENCH_RESULT "
-	benchProgressTag = "ELASTICPS_BENCH_PROGRESS "
+	resultTag   = "ELASTICPS_BENCH_RESULT "
+	progressTag = "ELASTICPS_BENCH_PROGRESS "
 )
 
-// benchPlan is what every node of a bench job needs to know.
-type benchPlan struct {
+// nodePlan is what every node of a bench job needs to know.
+type nodePlan struct {
 	Van      string        `json:"van"`
-	Cells    []benchCell   `json:"cells"`
+	Cells    []cell        `json:"cells"`
 	Duration time.Duration `json:"duration"` // per cell, when Ops is 0
 	Ops      int           `json:"ops"`      // per cell and worker; 0: use Duration
 	Depth    int           `json:"depth"`    // operations in flight in pipe cells
@@ -39,18 +40,18 @@ type benchPlan struct {
 	LockThread bool `json:"lock_thread,omitempty"`
 }
 
-// benchCell is one measurement: a value size, push or pull, sequential or
+// cell is one measurement: a value size, push or pull, sequential or
 // pipelined.
-type benchCell struct {
+type cell struct {
 	Size int    `json:"size"` // value bytes per operation, split evenly over the servers
 	Op   string `json:"op"`   // "push" or "pull"
 	Mode string `json:"mode"` // "seq" or "pipe"
 }
 
-func (c benchCell) name() string { return sizeLabel(c.Size) + " " + c.Op + " " + c.Mode }
+func (c cell) name() string { return SizeLabel(c.Size) + " " + c.Op + " " + c.Mode }
 
-// benchReport is one worker's result for one cell.
-type benchReport struct {
+// report is one worker's result for one cell.
+type report struct {
 	Cell      int        `json:"cell"`
 	Rank      int        `json:"rank"`
 	Ops       int64      `json:"ops"`
@@ -60,11 +61,11 @@ type benchReport struct {
 	SumNS     int64      `json:"sum_ns"`
 }
 
-const benchPlanEnv = "ELASTICPS_BENCH_PLAN"
+const planEnv = "ELASTICPS_BENCH_PLAN"
 
 // bridgeEnv is the plan for C++ nodes (--cxx), in variables simple to
 // read without a JSON parser, and the van selection the bridge reads.
-func (p benchPlan) bridgeEnv() []string {
+func (p nodePlan) bridgeEnv() []string {
 	cells := make([]string, len(p.Cells))
 	for i, c := range p.Cells {
 		cells[i] = fmt.Sprintf("%d %s %s", c.Size, c.Op, c.Mode)
@@ -84,39 +85,32 @@ func (p benchPlan) bridgeEnv() []string {
 	return env
 }
 
-// runBenchNode is one process of a bench job.
-func runBenchNode(ctx context.Context) error {
-	var plan benchPlan
-	if err := json.Unmarshal([]byte(os.Getenv(benchPlanEnv)), &plan); err != nil {
-		return fmt.Errorf("%s: %v (bench-node is started by 'elasticps bench')", benchPlanEnv, err)
+// NodeCommand is the hidden command of this executable that runs one node
+// of a bench job: its main must call RunNode for it.
+const NodeCommand = "bench-node"
+
+// RunNode is one process of a bench job.
+func RunNode(ctx context.Context) error {
+	var plan nodePlan
+	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &plan); err != nil {
+		return fmt.Errorf("%s: %v (%s is started by 'elasticps bench')", planEnv, err, NodeCommand)
 	}
-	cfg, err := planNodeConfig(plan.Van)
+	cfg, err := nodeproc.PlanConfig(plan.Van)
 	if err != nil {
 		return err
 	}
-	cfg.Logger = nodeLogger()
 	if plan.Profile != "" {
-		name := fmt.Sprintf("%s-%s%s.pprof", plan.Profile, cfg.Role, os.Getenv("ELASTICPS_LOCAL_INDEX"))
-		f, err := os.Create(name)
+		stop, err := startProfile(fmt.Sprintf("%s-%s%s.pprof", plan.Profile, cfg.Role, os.Getenv("ELASTICPS_LOCAL_INDEX")))
 		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
+			return err
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			_ = f.Close()
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			_ = f.Close()
-		}()
+		defer stop()
 	}
-	po, err := postoffice.Open(cfg)
+	po, release, err := nodeproc.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer po.Stop()
-	stop := context.AfterFunc(ctx, po.Stop)
-	defer stop()
+	defer release()
 
 	switch cfg.Role {
 	case message.RoleServer:
@@ -125,7 +119,7 @@ func runBenchNode(ctx context.Context) error {
 			return err
 		}
 		defer srv.Close()
-		srv.SetRequestHandler(newBenchHandler(plan, cfg.NumServers).handle)
+		srv.SetRequestHandler(newHandler(plan, cfg.NumServers).handle)
 		srv.ReleaseRequests(true) // the bench handler keeps no view of requests
 	case message.RoleWorker:
 		w, err := kv.NewWorker(po, 0, 0)
@@ -140,7 +134,7 @@ func runBenchNode(ctx context.Context) error {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 		}
-		if err := benchWorker(po, w, plan); err != nil {
+		if err := runWorker(po, w, plan); err != nil {
 			return err
 		}
 		return po.Finalize(0, true)
@@ -154,24 +148,40 @@ func runBenchNode(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// benchHandler answers at once: a push with an empty ack, a pull with the
+// startProfile writes a CPU profile to the file name until stop.
+func startProfile(name string) (stop func(), err error) {
+	f, err := os.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
+}
+
+// handler answers at once: a push with an empty ack, a pull with the
 // requested number of bytes (Meta.Head, the worker's Options.Cmd) from a
 // buffer built once, so Go and C++ (--cxx) nodes can be mixed.
-type benchHandler struct{ vals []byte }
+type handler struct{ vals []byte }
 
-func newBenchHandler(plan benchPlan, servers int) *benchHandler {
+func newHandler(plan nodePlan, servers int) *handler {
 	maxPart := 0
 	for _, c := range plan.Cells {
 		maxPart = max(maxPart, c.Size/max(servers, 1))
 	}
-	h := &benchHandler{vals: make([]byte, maxPart)}
+	h := &handler{vals: make([]byte, maxPart)}
 	for i := range h.vals {
-		h.vals[i] = benchPattern(i)
+		h.vals[i] = pattern(i)
 	}
 	return h
 }
 
-func (h *benchHandler) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
+func (h *handler) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
 	var err error
 	switch {
 	case meta.Pull && int(meta.Cmd) <= len(h.vals) && meta.Cmd >= 0:
@@ -186,24 +196,24 @@ func (h *benchHandler) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) 
 	}
 }
 
-// benchWorker runs every cell of the plan, in step with the other workers.
-func benchWorker(po *postoffice.Postoffice, w *kv.Worker, plan benchPlan) error {
+// runWorker runs every cell of the plan, in step with the other workers.
+func runWorker(po *postoffice.Postoffice, w *kv.Worker, plan nodePlan) error {
 	ranges := po.ServerKeyRanges()
 	keys := make([]uint64, len(ranges))
 	for i, r := range ranges {
 		keys[i] = r.Begin // one key per server
 	}
 	rank := po.MyRank()
-	for i, cell := range plan.Cells {
+	for i, c := range plan.Cells {
 		if rank == 0 {
-			fmt.Printf("%s%d %d %s\n", benchProgressTag, i+1, len(plan.Cells), cell.name())
+			fmt.Printf("%s%d %d %s\n", progressTag, i+1, len(plan.Cells), c.name())
 		}
-		r := &benchRun{w: w, keys: keys, cell: cell, depth: plan.Depth, servers: len(ranges)}
+		r := &cellRun{w: w, keys: keys, cell: c, depth: plan.Depth, servers: len(ranges)}
 		r.init()
 		// Warm up (connections, buffers, the GC's pacing), then start
 		// together so that the workers' measurements overlap.
 		if err := r.run(max(plan.Ops/10, 3), 0, nil); err != nil {
-			return fmt.Errorf("bench cell %s: %w", cell.name(), err)
+			return fmt.Errorf("bench cell %s: %w", c.name(), err)
 		}
 		if err := po.Barrier(0, message.WorkerGroup); err != nil {
 			return err
@@ -211,18 +221,18 @@ func benchWorker(po *postoffice.Postoffice, w *kv.Worker, plan benchPlan) error 
 		h := newHist()
 		start := time.Now()
 		if err := r.run(plan.Ops, plan.Duration, h); err != nil {
-			return fmt.Errorf("bench cell %s: %w", cell.name(), err)
+			return fmt.Errorf("bench cell %s: %w", c.name(), err)
 		}
 		elapsed := time.Since(start)
 		if err := r.check(); err != nil {
-			return fmt.Errorf("bench cell %s: %w", cell.name(), err)
+			return fmt.Errorf("bench cell %s: %w", c.name(), err)
 		}
-		line, err := json.Marshal(benchReport{Cell: i, Rank: rank, Ops: h.N, Bytes: h.N * int64(cell.Size),
+		line, err := json.Marshal(report{Cell: i, Rank: rank, Ops: h.N, Bytes: h.N * int64(c.Size),
 			ElapsedNS: int64(elapsed), Hist: h.pairs(), SumNS: h.Sum})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%s%s\n", benchResultTag, line)
+		fmt.Printf("%s%s\n", resultTag, line)
 		if err := po.Barrier(0, message.WorkerGroup); err != nil {
 			return err
 		}
@@ -230,18 +240,18 @@ func benchWorker(po *postoffice.Postoffice, w *kv.Worker, plan benchPlan) error 
 	return nil
 }
 
-// benchRun issues one cell's operations.
-type benchRun struct {
+// cellRun issues one cell's operations.
+type cellRun struct {
 	w       *kv.Worker
 	keys    []uint64
-	cell    benchCell
+	cell    cell
 	depth   int
 	servers int
 	vals    []byte
 	dsts    [][]byte // one pull destination per slot in flight
 }
 
-func (r *benchRun) init() {
+func (r *cellRun) init() {
 	slots := 1
 	if r.cell.Mode == "pipe" {
 		slots = max(r.depth, 1)
@@ -259,14 +269,14 @@ func (r *benchRun) init() {
 }
 
 // check compares the bytes of every pull destination with what the bench
-// servers send (benchPattern of each server's part); pushes have nothing
+// servers send (pattern of each server's part); pushes have nothing
 // to check.
-func (r *benchRun) check() error {
+func (r *cellRun) check() error {
 	part := r.cell.Size / r.servers
 	for slot, dst := range r.dsts {
 		for k := range r.servers {
 			for i := range part {
-				if got, want := dst[k*part+i], benchPattern(i); got != want {
+				if got, want := dst[k*part+i], pattern(i); got != want {
 					return fmt.Errorf("pulled byte %d of server %d's part (slot %d) is %d, want %d: the reply's bytes are wrong", i, k, slot, got, want)
 				}
 			}
@@ -275,7 +285,7 @@ func (r *benchRun) check() error {
 	return nil
 }
 
-func (r *benchRun) issue(slot int) (int32, error) {
+func (r *cellRun) issue(slot int) (int32, error) {
 	opts := kv.Options{DataType: message.Other, Cmd: int32(r.cell.Size / r.servers)}
 	if r.cell.Op == "push" {
 		return r.w.Push(r.keys, r.vals, nil, opts)
@@ -286,7 +296,7 @@ func (r *benchRun) issue(slot int) (int32, error) {
 // run issues ops operations (or, with ops 0, as many as fit in d) and
 // records each one's latency in h (when non-nil). Sequential cells wait
 // for each operation; pipelined ones keep depth in flight.
-func (r *benchRun) run(ops int, d time.Duration, h *hist) error {
+func (r *cellRun) run(ops int, d time.Duration, h *hist) error {
 	slots := 1
 	if r.cell.Mode == "pipe" {
 		slots = max(r.depth, 1)
@@ -335,7 +345,7 @@ func (r *benchRun) run(ops int, d time.Duration, h *hist) error {
 	return nil
 }
 
-func sizeLabel(n int) string {
+func SizeLabel(n int) string {
 	switch {
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return strconv.Itoa(n>>20) + "MB"
@@ -345,8 +355,8 @@ func sizeLabel(n int) string {
 	return strconv.Itoa(n) + "B"
 }
 
-// parseSize reads 4096, 4KB, 4KiB, 4k, 4MB, ...
-func parseSize(s string) (int, error) {
+// ParseSize reads 4096, 4KB, 4KiB, 4k, 4MB, ...
+func ParseSize(s string) (int, error) {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	mult := 1
 	for _, u := range []struct {
@@ -365,6 +375,6 @@ func parseSize(s string) (int, error) {
 	return n * mult, nil
 }
 
-// benchPattern is byte i of every bench server's reply to a pull, which
+// pattern is byte i of every bench server's reply to a pull, which
 // the Go and the C++ bench workers (compat_tests/test_benchmark.cc) check.
-func benchPattern(i int) byte { return byte(i*7 + 3) }
+func pattern(i int) byte { return byte(i*7 + 3) }

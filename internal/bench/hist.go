@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"math"
@@ -104,19 +104,6 @@ func histFromPairs(p [][2]int64, sum, n int64) *hist {
 	return h
 }
 
-func median(xs []float64) float64 {
-	v := slices.Clone(xs)
-	v = slices.DeleteFunc(v, math.IsNaN)
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	slices.Sort(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
-}
-
 // baseline is one row of the measured dmlc ps-lite numbers of
 // spec/pslite-reference.md section 8 (loopback, 2 vCPU, this machine kind):
 // goodput in MB/s (10^6 bytes) summed over workers and, for the sequential
@@ -126,7 +113,7 @@ type baseline struct {
 	LatUS float64 // 0: not measured (pipelined cells)
 }
 
-// dmlcBaseline is keyed by benchCell.key().
+// dmlcBaseline is keyed by result.key().
 var dmlcBaseline = map[string]baseline{
 	"1x1/4KB/push/seq": {37, 110}, "1x1/4KB/pull/seq": {43, 96},
 	"1x1/4KB/push/pipe": {181, 0}, "1x1/4KB/pull/pipe": {150, 0},

@@ -1,4 +1,4 @@
-package main
+package straggler
 
 import (
 	"fmt"
@@ -6,26 +6,26 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/elasticps/elasticps/internal/plot"
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/plot"
 )
 
-// stragWritePlot draws the benchmark's figure: every run's iterations/s
+// writePlot draws the benchmark's figure: every run's iterations/s
 // over time, and the elastic run's per-server load from the balancer's
 // trace (busy fraction and bytes/s) with a marker for every plan and every
 // move.
-func stragWritePlot(path string, o stragOptions, rep *stragReport) error {
+func writePlot(path string, o Config, rep *report) error {
 	f := plot.Figure{
-		Title: fmt.Sprintf("ResNet-50 (1/%s scale, %s placement), %d servers x %d workers", stragFmtNum(o.Scale), o.Placement, o.Servers, o.Workers),
+		Title: fmt.Sprintf("ResNet-50 (1/%s scale, %s placement), %d servers x %d workers", fmtNum(o.Scale), o.Placement, o.Servers, o.Workers),
 		Notes: []string{rep.Emulation},
 		Width: 1000,
 	}
 	if len(f.Notes[0]) > 150 {
 		// keep notes inside the picture
-		f.Notes = stragSplitNote(f.Notes[0], 150)
+		f.Notes = splitNote(f.Notes[0], 150)
 	}
 	// One run per configuration: the median one.
-	var elastic *stragRun
+	var elastic *jobResult
 	var tput plot.Chart
 	tput.Title = "training throughput (2 s sliding window; markers: the elastic run's plans)"
 	tput.MarkerName = "elastic plans"
@@ -55,7 +55,7 @@ func stragWritePlot(path string, o stragOptions, rep *stragReport) error {
 	if elastic != nil && elastic.trace != nil {
 		tr := elastic.trace
 		off := float64(tr.Start-elastic.t0) / 1e9 // balancer clock -> seconds since training started
-		busy := plot.Chart{Title: fmt.Sprintf("%s: per-server busy fraction (balancer trace; markers: plans that moved blocks)", stragConfig{"elastic", elastic.Straggler}.name()),
+		busy := plot.Chart{Title: fmt.Sprintf("%s: per-server busy fraction (balancer trace; markers: plans that moved blocks)", variant{"elastic", elastic.Straggler}.name()),
 			XLabel: "time since training started (s)", YLabel: "busy fraction", ZeroY: true, MarkerName: "plans"}
 		rate := plot.Chart{Title: "per-server request payload handled, MB/s (balancer trace; markers: each move)",
 			XLabel: "time since training started (s)", YLabel: "MB/s", ZeroY: true, MarkerName: "moves"}
@@ -139,9 +139,9 @@ func stragWritePlot(path string, o stragOptions, rep *stragReport) error {
 	return f.WriteFile(path)
 }
 
-// stragSplitNote breaks a long note at "; " so lines stay under about n
+// splitNote breaks a long note at "; " so lines stay under about n
 // characters.
-func stragSplitNote(s string, n int) []string {
+func splitNote(s string, n int) []string {
 	var out []string
 	cur := ""
 	for len(s) > 0 {

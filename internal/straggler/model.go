@@ -1,4 +1,4 @@
-package main
+package straggler
 
 import (
 	"cmp"
@@ -13,14 +13,14 @@ import (
 // blames for load imbalance (MXNet's and BytePS's), and the oracle
 // placement that knows every server's true speed.
 
-// stragTensor is one learnable parameter tensor.
-type stragTensor struct {
+// tensor is one learnable parameter tensor.
+type tensor struct {
 	Name  string
 	Shape []int
 	Elems int
 }
 
-// stragResNet50 lists ResNet-50's learnable tensors in declaration order
+// resNet50 lists ResNet-50's learnable tensors in declaration order
 // (the order MXNet and BytePS number their keys): the 7x7 stem, sixteen
 // bottleneck blocks in four stages of 3, 4, 6 and 3 blocks (widths 64, 128,
 // 256, 512; expansion 4; a 1x1 projection on the first block of each stage),
@@ -29,14 +29,14 @@ type stragTensor struct {
 // batch norms and the fc weight and bias: 161 tensors, 25,557,032
 // parameters. (Batch norm's running mean and variance are not trained and
 // are not pushed.)
-func stragResNet50() []stragTensor {
-	var ts []stragTensor
+func resNet50() []tensor {
+	var ts []tensor
 	add := func(name string, shape ...int) {
 		n := 1
 		for _, d := range shape {
 			n *= d
 		}
-		ts = append(ts, stragTensor{Name: name, Shape: shape, Elems: n})
+		ts = append(ts, tensor{Name: name, Shape: shape, Elems: n})
 	}
 	conv := func(name string, out, in, k int) {
 		add(name+".weight", out, in, k, k)
@@ -70,9 +70,9 @@ func stragResNet50() []stragTensor {
 	return ts
 }
 
-// stragBlock is one parameter block: a tensor or a slice of one with its
+// block is one parameter block: a tensor or a slice of one with its
 // own key, as a worker pushes and pulls it (one key per request).
-type stragBlock struct {
+type block struct {
 	Tensor int    `json:"t"` // tensor index (MXNet key, BytePS declared key)
 	Part   int    `json:"p"` // slice of the tensor
 	Key    uint64 `json:"k"` // key within the owner's range: ps key = ranges[Server].Begin + Key
@@ -81,34 +81,34 @@ type stragBlock struct {
 }
 
 // Bytes is the block's payload per push or pull.
-func (b stragBlock) Bytes() int64 { return 4 * int64(b.Elems) }
+func (b block) Bytes() int64 { return 4 * int64(b.Elems) }
 
-// stragMXNetBigArrayBound is MXNET_KVSTORE_BIGARRAY_BOUND's default: tensors
+// mxnetBigArrayBound is MXNET_KVSTORE_BIGARRAY_BOUND's default: tensors
 // with at least this many elements are split over all servers.
-const stragMXNetBigArrayBound = 1_000_000
+const mxnetBigArrayBound = 1_000_000
 
-// stragBytePSPartitionBytes is BYTEPS_PARTITION_BYTES's default (4096000, which
+// bytePSPartitionBytes is BYTEPS_PARTITION_BYTES's default (4096000, which
 // is already a multiple of the 4 KiB page BytePS rounds it up to).
-const stragBytePSPartitionBytes = 4_096_000
+const bytePSPartitionBytes = 4_096_000
 
-// stragScaleElems shrinks a size by the benchmark's scale factor, keeping at
+// scaleElems shrinks a size by the benchmark's scale factor, keeping at
 // least one element.
-func stragScaleElems(n int, scale float64) int {
+func scaleElems(n int, scale float64) int {
 	return max(1, int(math.Round(float64(n)/scale)))
 }
 
-// stragMXNetPlacement is MXNet's kvstore_dist rule for n servers. A tensor of
+// mxnetPlacement is MXNet's kvstore_dist rule for n servers. A tensor of
 // fewer than MXNET_KVSTORE_BIGARRAY_BOUND elements (judged at its real
 // size) goes whole to server (key*9973) % n with ps key ranges[s].Begin +
 // key; a bigger one is split over all servers, part i on server i with ps
 // key ranges[i].Begin + key and round(size/n*(i+1)) - round(size/n*i)
 // elements (here of the scaled size).
-func stragMXNetPlacement(ts []stragTensor, n int, scale float64) []stragBlock {
-	var bs []stragBlock
+func mxnetPlacement(ts []tensor, n int, scale float64) []block {
+	var bs []block
 	for key, t := range ts {
-		size := stragScaleElems(t.Elems, scale)
-		if t.Elems < stragMXNetBigArrayBound {
-			bs = append(bs, stragBlock{Tensor: key, Key: uint64(key), Elems: size, Server: (key * 9973) % n})
+		size := scaleElems(t.Elems, scale)
+		if t.Elems < mxnetBigArrayBound {
+			bs = append(bs, block{Tensor: key, Key: uint64(key), Elems: size, Server: (key * 9973) % n})
 			continue
 		}
 		for i := range n {
@@ -116,18 +116,18 @@ func stragMXNetPlacement(ts []stragTensor, n int, scale float64) []stragBlock {
 			if part == 0 {
 				continue
 			}
-			bs = append(bs, stragBlock{Tensor: key, Part: i, Key: uint64(key), Elems: part, Server: i})
+			bs = append(bs, block{Tensor: key, Part: i, Key: uint64(key), Elems: part, Server: i})
 		}
 	}
 	return bs
 }
 
-// stragDJB2 is BytePS's default key hash (BYTEPS_KEY_HASH_FN=djb2):
+// djb2 is BytePS's default key hash (BYTEPS_KEY_HASH_FN=djb2):
 // Bernstein's djb2 in its additive form, h = h*33 + c starting from
 // h = 5381, over the ASCII decimal digits of the key (std::to_string), in
 // uint64 arithmetic that wraps. For example key 0 ("0") hashes to
 // 5381*33 + '0' = 177621.
-func stragDJB2(key uint64) uint64 {
+func djb2(key uint64) uint64 {
 	h := uint64(5381)
 	for _, c := range []byte(strconv.FormatUint(key, 10)) {
 		h = h*33 + uint64(c)
@@ -135,44 +135,44 @@ func stragDJB2(key uint64) uint64 {
 	return h
 }
 
-// stragBytePSPlacement is BytePS's rule for n servers: each tensor
+// bytePSPlacement is BytePS's rule for n servers: each tensor
 // (declared key d, in declaration order) is cut into partitions of
 // BYTEPS_PARTITION_BYTES (judged at its real size), partition i getting key
 // (d << 16) + i; a partition lives on server djb2(key) % n, with ps key
 // ranges[s].Begin + key.
-func stragBytePSPlacement(ts []stragTensor, n int, scale float64) []stragBlock {
-	const bound = stragBytePSPartitionBytes / 4 // float32 elements
-	var bs []stragBlock
+func bytePSPlacement(ts []tensor, n int, scale float64) []block {
+	const bound = bytePSPartitionBytes / 4 // float32 elements
+	var bs []block
 	for d, t := range ts {
 		for i, off := 0, 0; off < t.Elems; i++ {
 			elems := min(bound, t.Elems-off)
 			off += elems
 			key := uint64(d)<<16 + uint64(i)
-			bs = append(bs, stragBlock{Tensor: d, Part: i, Key: key, Elems: stragScaleElems(elems, scale), Server: int(stragDJB2(key) % uint64(n))})
+			bs = append(bs, block{Tensor: d, Part: i, Key: key, Elems: scaleElems(elems, scale), Server: int(djb2(key) % uint64(n))})
 		}
 	}
 	return bs
 }
 
-// stragPlacement returns the named placement's blocks.
-func stragPlacement(name string, n int, scale float64) ([]stragBlock, error) {
-	ts := stragResNet50()
+// hashPlacement returns the named placement's blocks.
+func hashPlacement(name string, n int, scale float64) ([]block, error) {
+	ts := resNet50()
 	switch name {
 	case "mxnet":
-		return stragMXNetPlacement(ts, n, scale), nil
+		return mxnetPlacement(ts, n, scale), nil
 	case "byteps":
-		return stragBytePSPlacement(ts, n, scale), nil
+		return bytePSPlacement(ts, n, scale), nil
 	}
 	return nil, fmt.Errorf("unknown placement %q: use mxnet or byteps", name)
 }
 
-// stragOraclePlacement reassigns blocks knowing each server's relative speed
+// oraclePlacement reassigns blocks knowing each server's relative speed
 // (capacity, any unit): longest processing time first on uniform machines —
 // blocks by size, largest first, each to the server where it finishes
 // earliest, (load+bytes)/capacity. Every block keeps its size but gets a
 // fresh key (its index, so keys stay unique on every server). It is a
 // static placement: computed once, before training.
-func stragOraclePlacement(bs []stragBlock, capacity []float64) []stragBlock {
+func oraclePlacement(bs []block, capacity []float64) []block {
 	order := make([]int, len(bs))
 	for i := range order {
 		order[i] = i
@@ -196,8 +196,8 @@ func stragOraclePlacement(bs []stragBlock, capacity []float64) []stragBlock {
 	return out
 }
 
-// stragServerBytes sums the blocks' bytes per server.
-func stragServerBytes(bs []stragBlock, n int) []int64 {
+// serverBytes sums the blocks' bytes per server.
+func serverBytes(bs []block, n int) []int64 {
 	out := make([]int64, n)
 	for _, b := range bs {
 		out[b.Server] += b.Bytes()
@@ -205,13 +205,13 @@ func stragServerBytes(bs []stragBlock, n int) []int64 {
 	return out
 }
 
-// stragLinkBound is the emulated model's iteration time of a placement:
+// linkBound is the emulated model's iteration time of a placement:
 // every worker pushes and pulls every block, each server's link carries
 // 2*workers*bytes at its bandwidth, and the slowest link decides. It
 // ignores CPU and per-message costs, so it bounds what a run can reach.
-func stragLinkBound(bs []stragBlock, workers int, bandwidth []float64) float64 {
+func linkBound(bs []block, workers int, bandwidth []float64) float64 {
 	worst := 0.0
-	for s, b := range stragServerBytes(bs, len(bandwidth)) {
+	for s, b := range serverBytes(bs, len(bandwidth)) {
 		worst = max(worst, 2*float64(workers)*float64(b)/bandwidth[s])
 	}
 	return worst

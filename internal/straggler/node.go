@@ -1,4 +1,4 @@
-package main
+package straggler
 
 import (
 	"context"
@@ -10,43 +10,43 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
-	"github.com/elasticps/elasticps/rebalance"
 	"github.com/elasticps/elasticps/scheduler/coord"
 )
 
 // The straggler benchmark's processes are this executable's hidden
-// "straggler-node" role (runStragglerNode). The parent passes the run in
-// stragPlanEnv (JSON) and the servers' slowdown in the ELASTICPS_EMULATE_*
+// NodeCommand role (RunNode). The parent passes the run in
+// planEnv (JSON) and the servers' slowdown in the ELASTICPS_EMULATE_*
 // variables; every node writes its results as JSON into the plan's OutDir,
-// and worker 0 prints stragProgressTag lines for the progress display.
+// and worker 0 prints progressTag lines for the progress display.
 const (
-	stragPlanEnv     = "ELASTICPS_STRAGGLER_PLAN"
-	stragProgressTag = "ELASTICPS_STRAGGLER_PROGRESS "
+	planEnv     = "ELASTICPS_STRAGGLER_PLAN"
+	progressTag = "ELASTICPS_STRAGGLER_PROGRESS "
 
 	// emulation of a slow server, read by the servers only
-	stragEnvBandwidth = "ELASTICPS_EMULATE_BANDWIDTH" // every server link's bytes/s; 0 or unset: no emulated link
-	stragEnvKind      = "ELASTICPS_EMULATE_STRAGGLER" // bandwidth, cpu or none
-	stragEnvSlowdown  = "ELASTICPS_EMULATE_SLOWDOWN"  // the slow server's factor (4: a quarter of the speed)
-	stragEnvSlowRank  = "ELASTICPS_EMULATE_SLOW_RANK" // the slow server's rank
+	envBandwidth = "ELASTICPS_EMULATE_BANDWIDTH" // every server link's bytes/s; 0 or unset: no emulated link
+	envKind      = "ELASTICPS_EMULATE_STRAGGLER" // bandwidth, cpu or none
+	envSlowdown  = "ELASTICPS_EMULATE_SLOWDOWN"  // the slow server's factor (4: a quarter of the speed)
+	envSlowRank  = "ELASTICPS_EMULATE_SLOW_RANK" // the slow server's rank
 )
 
-// stragPlan is what every node of one run needs to know.
-type stragPlan struct {
+// nodePlan is what every node of one run needs to know.
+type nodePlan struct {
 	Mode     string        `json:"mode"` // static, elastic or oracle (placement of Blocks already applied)
 	Van      string        `json:"van"`
-	Blocks   []stragBlock  `json:"blocks"`
+	Blocks   []block       `json:"blocks"`
 	Duration time.Duration `json:"duration"` // timed training per worker (when Iters is 0)
 	Iters    int           `json:"iters"`    // timed iterations per worker; 0: Duration
 	OutDir   string        `json:"out_dir"`
 }
 
-// stragWorkerResult is one worker's record of a run. Times are in
+// workerResult is one worker's record of a run. Times are in
 // microseconds since T0, the worker's start of timed training (after the
 // initial push and pull of every block and a barrier of the workers).
-type stragWorkerResult struct {
+type workerResult struct {
 	Rank      int       `json:"rank"`
 	T0        int64     `json:"t0_unix_ns"`
 	IterEnds  []int64   `json:"iter_ends_us"`
@@ -54,8 +54,8 @@ type stragWorkerResult struct {
 	Redirects int64     `json:"redirects"`
 }
 
-// stragServerResult is one server's counters for a run.
-type stragServerResult struct {
+// serverResult is one server's counters for a run.
+type serverResult struct {
 	Rank       int     `json:"rank"`
 	Slow       bool    `json:"slow"`
 	Requests   int64   `json:"requests"`
@@ -65,16 +65,16 @@ type stragServerResult struct {
 	Bandwidth  float64 `json:"bandwidth"` // this server's emulated link, bytes/s (0: none)
 }
 
-// stragTrace is the elastic scheduler's record: the balancer's trace and
+// trace is the elastic scheduler's record: the balancer's trace and
 // the coordinator's moves.
-type stragTrace struct {
+type trace struct {
 	Start  int64              `json:"balancer_start_unix_ns"`
 	Points []coord.TracePoint `json:"points"`
-	Moves  []stragMove        `json:"moves"`
+	Moves  []move             `json:"moves"`
 }
 
-// stragMove is one coord.Result, with times as Unix nanoseconds.
-type stragMove struct {
+// move is one coord.Result, with times as Unix nanoseconds.
+type move struct {
 	Begin, End uint64
 	From, To   int32
 	Started    int64  `json:"started_unix_ns"`
@@ -83,98 +83,85 @@ type stragMove struct {
 	Err        string `json:"err,omitempty"`
 }
 
-// runStragglerNode is one process of a straggler benchmark job.
-func runStragglerNode(ctx context.Context) error {
-	var plan stragPlan
-	if err := json.Unmarshal([]byte(os.Getenv(stragPlanEnv)), &plan); err != nil {
-		return fmt.Errorf("%s: %v (straggler-node is started by 'elasticps bench straggler')", stragPlanEnv, err)
+// NodeCommand is the hidden command of this executable that runs one node
+// of an experiment's job: its main must call RunNode for it.
+const NodeCommand = "straggler-node"
+
+// RunNode is one process of a straggler benchmark job.
+func RunNode(ctx context.Context) error {
+	var plan nodePlan
+	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &plan); err != nil {
+		return fmt.Errorf("%s: %v (%s is started by 'elasticps bench straggler')", planEnv, err, NodeCommand)
 	}
-	cfg, err := planNodeConfig(plan.Van)
+	cfg, err := nodeproc.PlanConfig(plan.Van)
 	if err != nil {
 		return err
 	}
-	cfg.Logger = nodeLogger()
-	po, err := postoffice.Open(cfg)
+	po, release, err := nodeproc.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer po.Stop()
-	stop := context.AfterFunc(ctx, po.Stop)
-	defer stop()
+	defer release()
 
 	switch cfg.Role {
 	case message.RoleServer:
-		return stragServer(po, plan)
+		return runServer(po, plan)
 	case message.RoleWorker:
-		return stragWorker(po, plan)
+		return runWorker(po, plan)
 	}
-	return stragScheduler(ctx, po, plan)
+	return runScheduler(ctx, po, plan)
 }
 
-// stragScheduler runs the scheduler; in elastic mode also the PSLD
+// runScheduler runs the scheduler; in elastic mode also the PSLD
 // balancer, which it stops when the workers have finished training (they
 // meet it in a barrier), and whose trace it then writes to
 // OutDir/trace.json. A move under way at that point is not waited for: it
 // would wait for pushes that the stopped workers never send, and it fails
 // once the nodes shut down.
-func stragScheduler(ctx context.Context, po *postoffice.Postoffice, plan stragPlan) error {
+func runScheduler(ctx context.Context, po *postoffice.Postoffice, plan nodePlan) error {
 	var bal *coord.Balancer
 	var co *coord.Coordinator
 	var balStart time.Time
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if po.Config().Elastic {
-		var err error
-		if co, err = coord.New(po); err != nil {
-			return err
-		}
-		every := 2 * time.Second
-		if v, err := strconv.Atoi(os.Getenv("PS_BALANCE_INTERVAL")); err == nil && v > 0 {
-			every = time.Duration(v) * time.Millisecond
-		}
 		balStart = time.Now()
-		if bal, err = coord.NewBalancer(co, rebalance.DefaultConfig(), every); err != nil {
+		var err error
+		if co, bal, err = nodeproc.StartBalancer(runCtx, po); err != nil {
 			return err
 		}
-		go func() {
-			select {
-			case <-po.Ready():
-				bal.Run(runCtx)
-			case <-runCtx.Done():
-			}
-		}()
 	}
 	if err := po.StartWithBarrier(0); err != nil {
 		return err
 	}
-	if err := po.Barrier(0, stragEndGroup); err != nil {
+	if err := po.Barrier(0, endGroup); err != nil {
 		return err
 	}
 	cancel()
 	if bal != nil {
-		tr := stragTrace{Start: balStart.UnixNano(), Points: bal.Trace()}
+		tr := trace{Start: balStart.UnixNano(), Points: bal.Trace()}
 		for _, r := range co.History() {
-			m := stragMove{Begin: r.Move.Begin, End: r.Move.End, From: r.Move.From, To: r.Move.To,
+			m := move{Begin: r.Move.Begin, End: r.Move.End, From: r.Move.From, To: r.Move.To,
 				Started: r.Started.UnixNano(), DurationNS: int64(r.Duration), Bytes: r.Bytes}
 			if r.Err != nil {
 				m.Err = r.Err.Error()
 			}
 			tr.Moves = append(tr.Moves, m)
 		}
-		if err := stragWriteJSON(filepath.Join(plan.OutDir, "trace.json"), tr); err != nil {
+		if err := writeJSON(filepath.Join(plan.OutDir, "trace.json"), tr); err != nil {
 			return err
 		}
 	}
 	return po.Finalize(0, true)
 }
 
-// stragEndGroup meet in a barrier when the workers have finished training,
+// endGroup meet in a barrier when the workers have finished training,
 // so that the balancer stops before the nodes shut down.
-const stragEndGroup = message.WorkerGroup | message.SchedulerGroup
+const endGroup = message.WorkerGroup | message.SchedulerGroup
 
-// stragServer runs a server: the sum store behind the slowdown emulation.
-func stragServer(po *postoffice.Postoffice, plan stragPlan) error {
-	emu, err := stragEmulatorFromEnv(os.Getenv)
+// runServer runs a server: the sum store behind the slowdown emulation.
+func runServer(po *postoffice.Postoffice, plan nodePlan) error {
+	emu, err := emulatorFromEnv(os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -201,12 +188,12 @@ func stragServer(po *postoffice.Postoffice, plan stragPlan) error {
 		return err
 	}
 	slow, bw := emu.profile()
-	res := stragServerResult{Rank: po.MyRank(), Slow: slow, Requests: emu.requests.Load(), Bytes: emu.bytes.Load(),
+	res := serverResult{Rank: po.MyRank(), Slow: slow, Requests: emu.requests.Load(), Bytes: emu.bytes.Load(),
 		EmulatedNS: emu.emulated.Load(), Redirected: srv.Redirected(), Bandwidth: bw}
-	return stragWriteJSON(filepath.Join(plan.OutDir, fmt.Sprintf("server-%d.json", res.Rank)), res)
+	return writeJSON(filepath.Join(plan.OutDir, fmt.Sprintf("server-%d.json", res.Rank)), res)
 }
 
-// stragEmulator wraps kv.DefaultHandler with the emulated slowdown. This
+// emulator wraps kv.DefaultHandler with the emulated slowdown. This
 // machine has two cores and only loopback, so a real bandwidth limit or
 // CPU contention cannot be confined to one server process; instead:
 //
@@ -227,7 +214,7 @@ func stragServer(po *postoffice.Postoffice, plan stragPlan) error {
 // server's measured handling time (what its load reports call busy time)
 // includes the emulated delay, as it would include a slow NIC's or a
 // contended CPU's.
-type stragEmulator struct {
+type emulator struct {
 	base     float64 // bytes/s of every link; 0: none
 	kind     string  // bandwidth, cpu or none
 	slowdown float64
@@ -249,56 +236,56 @@ type stragEmulator struct {
 	requests, bytes, emulated atomic.Int64
 }
 
-// stragCarry is how late a request may start after the link's virtual free
+// carry is how late a request may start after the link's virtual free
 // time and still count as queued behind it (so that a sleep's overshoot is
 // paid back by the next request instead of slowing the link down); a
 // longer gap means the link was idle.
-const stragCarry = 2 * time.Millisecond
+const carry = 2 * time.Millisecond
 
-// stragMinSleep: shorter waits are not slept (a timer costs more); the
+// minSleep: shorter waits are not slept (a timer costs more); the
 // virtual clock carries them to the next request.
-const stragMinSleep = 100 * time.Microsecond
+const minSleep = 100 * time.Microsecond
 
-func stragEmulatorFromEnv(getenv func(string) string) (*stragEmulator, error) {
-	e := &stragEmulator{kind: "none", slowdown: 1, sizes: map[uint64]int{}}
-	if v := getenv(stragEnvBandwidth); v != "" {
+func emulatorFromEnv(getenv func(string) string) (*emulator, error) {
+	e := &emulator{kind: "none", slowdown: 1, sizes: map[uint64]int{}}
+	if v := getenv(envBandwidth); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0 {
-			return nil, fmt.Errorf("%s=%q: want bytes/s >= 0", stragEnvBandwidth, v)
+			return nil, fmt.Errorf("%s=%q: want bytes/s >= 0", envBandwidth, v)
 		}
 		e.base = f
 	}
-	if v := getenv(stragEnvKind); v != "" {
+	if v := getenv(envKind); v != "" {
 		switch v {
 		case "bandwidth", "cpu", "none":
 			e.kind = v
 		default:
-			return nil, fmt.Errorf("%s=%q: want bandwidth, cpu or none", stragEnvKind, v)
+			return nil, fmt.Errorf("%s=%q: want bandwidth, cpu or none", envKind, v)
 		}
 	}
-	if v := getenv(stragEnvSlowdown); v != "" {
+	if v := getenv(envSlowdown); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 1 {
-			return nil, fmt.Errorf("%s=%q: want a factor >= 1", stragEnvSlowdown, v)
+			return nil, fmt.Errorf("%s=%q: want a factor >= 1", envSlowdown, v)
 		}
 		e.slowdown = f
 	}
-	if v := getenv(stragEnvSlowRank); v != "" {
+	if v := getenv(envSlowRank); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%s=%q: want a server rank", stragEnvSlowRank, v)
+			return nil, fmt.Errorf("%s=%q: want a server rank", envSlowRank, v)
 		}
 		e.slowRank = n
 	}
 	if e.kind == "bandwidth" && e.base <= 0 {
-		return nil, fmt.Errorf("%s=bandwidth needs %s > 0", stragEnvKind, stragEnvBandwidth)
+		return nil, fmt.Errorf("%s=bandwidth needs %s > 0", envKind, envBandwidth)
 	}
 	return e, nil
 }
 
 // profile reports whether this server is the slow one and its link's
 // bandwidth. Ranks are known once the node has started.
-func (e *stragEmulator) profile() (slow bool, bandwidth float64) {
+func (e *emulator) profile() (slow bool, bandwidth float64) {
 	if !e.resolved && e.rank != nil {
 		e.resolved = true
 		e.slow = e.kind != "none" && e.slowdown > 1 && e.rank() == e.slowRank
@@ -312,7 +299,7 @@ func (e *stragEmulator) profile() (slow bool, bandwidth float64) {
 
 // payload is the request's value bytes: pushed values plus the values a
 // pull will return.
-func (e *stragEmulator) payload(meta kv.ReqMeta, data kv.KVPairs) int {
+func (e *emulator) payload(meta kv.ReqMeta, data kv.KVPairs) int {
 	n := 0
 	if meta.Push {
 		n += len(data.Vals)
@@ -342,24 +329,24 @@ func (e *stragEmulator) payload(meta kv.ReqMeta, data kv.KVPairs) int {
 }
 
 // occupy holds the handler for d on the emulated link's virtual clock.
-func (e *stragEmulator) occupy(d time.Duration) {
+func (e *emulator) occupy(d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	now := time.Now()
 	start := e.free
-	if start.IsZero() || now.Sub(start) > stragCarry {
+	if start.IsZero() || now.Sub(start) > carry {
 		start = now // the link was idle
 	}
 	e.free = start.Add(d)
 	e.emulated.Add(int64(d))
-	if wait := e.free.Sub(now); wait >= stragMinSleep {
+	if wait := e.free.Sub(now); wait >= minSleep {
 		time.Sleep(wait)
 	}
 }
 
 // handle is the server's request handler.
-func (e *stragEmulator) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
+func (e *emulator) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
 	slow, bw := e.profile()
 	n := e.payload(meta, data)
 	e.requests.Add(1)
@@ -384,10 +371,10 @@ func (e *stragEmulator) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server)
 	e.storeBytes = e.storeBytes*keep + float64(n)
 }
 
-// stragWorker trains: every iteration pushes every block (one key per
+// runWorker trains: every iteration pushes every block (one key per
 // request, all in flight, then waits) and then pulls every block the same
 // way, as BytePS and MXNet workers do.
-func stragWorker(po *postoffice.Postoffice, plan stragPlan) error {
+func runWorker(po *postoffice.Postoffice, plan nodePlan) error {
 	w, err := kv.NewWorker(po, 0, 0)
 	if err != nil {
 		return err
@@ -460,7 +447,7 @@ func stragWorker(po *postoffice.Postoffice, plan stragPlan) error {
 		return err
 	}
 	rank := po.MyRank()
-	res := stragWorkerResult{Rank: rank}
+	res := workerResult{Rank: rank}
 	t0 = time.Now()
 	res.T0 = t0.UnixNano()
 	lastProgress := t0
@@ -475,7 +462,7 @@ func stragWorker(po *postoffice.Postoffice, plan stragPlan) error {
 		res.IterEnds = append(res.IterEnds, now.Sub(t0).Microseconds())
 		if rank == 0 && now.Sub(lastProgress) >= time.Second {
 			lastProgress = now
-			fmt.Printf("%s%d %d\n", stragProgressTag, it, now.Sub(t0).Milliseconds())
+			fmt.Printf("%s%d %d\n", progressTag, it, now.Sub(t0).Milliseconds())
 		}
 		if plan.Iters > 0 && it >= plan.Iters || plan.Iters <= 0 && now.Sub(t0) >= plan.Duration {
 			break
@@ -483,16 +470,16 @@ func stragWorker(po *postoffice.Postoffice, plan stragPlan) error {
 	}
 	res.Ops = opLog
 	res.Redirects = w.Redirects()
-	if err := stragWriteJSON(filepath.Join(plan.OutDir, fmt.Sprintf("worker-%d.json", rank)), res); err != nil {
+	if err := writeJSON(filepath.Join(plan.OutDir, fmt.Sprintf("worker-%d.json", rank)), res); err != nil {
 		return err
 	}
-	if err := po.Barrier(0, stragEndGroup); err != nil {
+	if err := po.Barrier(0, endGroup); err != nil {
 		return err
 	}
 	return po.Finalize(0, true)
 }
 
-func stragWriteJSON(path string, v any) error {
+func writeJSON(path string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package straggler
 
 import (
 	"bytes"
@@ -11,10 +11,10 @@ import (
 	"syscall"
 )
 
-// stragDumpNodes sends SIGQUIT to this process's straggler-node children
+// dumpNodes sends SIGQUIT to this process's NodeCommand children
 // (found through /proc, so on Linux only), which makes Go print every
 // goroutine's stack and exit.
-func stragDumpNodes() {
+func dumpNodes() {
 	me := os.Getpid()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -40,7 +40,7 @@ func stragDumpNodes() {
 			continue
 		}
 		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.Contains(cmd, []byte("straggler-node")) {
+		if err != nil || !bytes.Contains(cmd, []byte(NodeCommand)) {
 			continue
 		}
 		_ = syscall.Kill(pid, syscall.SIGQUIT)

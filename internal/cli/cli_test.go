@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestSplitListDropsEmptyItems(t *testing.T) {
+	assert.Equal(t, []string{"a", "b c", "d"}, SplitList(" a, ,b c,,d ,"))
+	assert.Nil(t, SplitList(""))
+	assert.Nil(t, SplitList(" , "))
+}
+
+func TestProgressOnATerminal(t *testing.T) {
+	var b bytes.Buffer
+	p := &Progress{w: &b, tty: true}
+	p.Update("one")
+	p.Update("one") // unchanged: not drawn again
+	p.Starting("run")
+	p.Update("two")
+	p.Finished("run: done")
+	p.Done() // the line was finished: nothing to clear
+	p.Update("three")
+	p.Done()
+	assert.Equal(t, "\r\033[Kone\r\033[Ktwo\r\033[Krun: done\n\r\033[Kthree\r\033[K", b.String())
+}
+
+func TestProgressElsewherePrintsOnlyStartsAndEnds(t *testing.T) {
+	var b bytes.Buffer
+	p := &Progress{w: &b}
+	p.Update("one")
+	p.Starting("run")
+	p.Update("two")
+	p.Finished("run: done")
+	p.Done()
+	assert.Equal(t, "run ...\nrun: done\n", b.String())
+}

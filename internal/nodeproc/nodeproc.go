@@ -1,0 +1,108 @@
+// Package nodeproc starts the one node that a process of this executable
+// runs, for the roles, the demo and the benchmark nodes alike: its
+// configuration from the DMLC_* / PS_* environment, its logger, its
+// postoffice tied to the process's context, and an elastic scheduler's
+// balancer.
+package nodeproc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/rebalance"
+	"github.com/elasticps/elasticps/scheduler/coord"
+)
+
+// Logger is the logger of a node process: text to stderr, level info.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// Config reads the node configuration from the environment, checking that
+// DMLC_ROLE is role, the role the command runs ("" = any).
+func Config(role string) (postoffice.Config, error) {
+	cfg, err := postoffice.ConfigFromEnv(postoffice.OSEnv)
+	if err != nil {
+		return cfg, err
+	}
+	if role != "" && cfg.Role.String() != role {
+		return cfg, fmt.Errorf("DMLC_ROLE=%s but the command runs a %s: set DMLC_ROLE=%s or run 'elasticps %s'", cfg.Role, role, role, cfg.Role)
+	}
+	cfg.Logger = Logger()
+	cfg.ShareHostCPUs = true // this process runs one node
+	return cfg, nil
+}
+
+// PlanConfig is the configuration of a benchmark node: the DMLC_*
+// variables the launcher set, and the van the benchmark's plan names (""
+// = the default). The user's own DMLC_PS_VAN_TYPE is ignored, so that it
+// cannot override the plan.
+func PlanConfig(van string) (postoffice.Config, error) {
+	cfg, err := postoffice.ConfigFromEnv(func(k string) (string, bool) {
+		if k == "DMLC_PS_VAN_TYPE" {
+			return "", false
+		}
+		return os.LookupEnv(k)
+	})
+	if err != nil {
+		return cfg, err
+	}
+	if van != "" {
+		cfg.VanType = van
+	}
+	cfg.Logger = Logger()
+	cfg.ShareHostCPUs = true // this process runs one node
+	return cfg, nil
+}
+
+// Open opens the node's postoffice and stops it when ctx ends. The
+// returned release stops it too, and must be called when the node is done.
+func Open(ctx context.Context, cfg postoffice.Config) (po *postoffice.Postoffice, release func(), err error) {
+	po, err = postoffice.Open(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, po.Stop)
+	return po, func() {
+		stop()
+		po.Stop()
+	}, nil
+}
+
+// StartBalancer starts the PSLD loop of an elastic scheduler: the
+// migration coordinator, and the planner every PS_BALANCE_INTERVAL
+// milliseconds (default 2000) from the moment the node is ready until ctx
+// ends.
+func StartBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Coordinator, *coord.Balancer, error) {
+	c, err := coord.New(po)
+	if err != nil {
+		return nil, nil, err
+	}
+	every := 2 * time.Second
+	if v, err := strconv.Atoi(os.Getenv("PS_BALANCE_INTERVAL")); err == nil && v > 0 {
+		every = time.Duration(v) * time.Millisecond
+	}
+	bal, err := coord.NewBalancer(c, rebalance.DefaultConfig(), every)
+	if err != nil {
+		return nil, nil, err
+	}
+	go func() {
+		select {
+		case <-po.Ready():
+			bal.Run(ctx)
+		case <-ctx.Done():
+		}
+	}()
+	return c, bal, nil
+}
+
+// LoopbackEnv is the environment that keeps a local job's nodes on
+// loopback.
+func LoopbackEnv() []string {
+	return []string{"DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_NODE_HOST=127.0.0.1"}
+}
