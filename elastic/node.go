@@ -18,30 +18,36 @@ import (
 // owns the node's Postoffice; there is no process-wide state, so several
 // nodes may run in one process.
 //
-// Open returns a nil *Node for a job that is not elastic; its methods
-// then fail (NewWorker, NewServer, SetMigrator) or report nothing.
+// On a node of a job that is not elastic (Open gives one), Node creates
+// plain kv workers and servers and nothing moves, so a program runs the
+// same code in both modes.
 type Node struct {
 	po     *postoffice.Postoffice
+	on     bool // elastic mode: the link is registered
 	link   *Link
 	table  *routing.Table
 	server atomic.Pointer[serverAgent]
 	every  time.Duration // between load reports
 }
 
-// Open returns the elastic side of a server or worker po when the job is
-// elastic (PS_ELASTIC=1 in po's configuration), and nil otherwise (also for
-// the scheduler, whose elastic side is the coordinator, package
-// elastic/coord). Call it once per Postoffice, before creating the node's
-// workers and servers.
+// Open returns po's elastic side. It takes part in migrations when the job
+// is elastic (PS_ELASTIC=1 in po's configuration) and po is a server or a
+// worker; otherwise (the scheduler's elastic side is the coordinator,
+// package elastic/coord) it only creates plain kv workers and servers.
+// Call it once per Postoffice, before creating the node's workers and
+// servers.
 func Open(po *postoffice.Postoffice) (*Node, error) {
 	if po == nil {
 		return nil, errors.New("elastic: nil postoffice")
 	}
 	if !po.Config().Elastic || po.Role() == message.RoleScheduler {
-		return nil, nil
+		return &Node{po: po, table: routing.NewIdentityTable(po.NumServers())}, nil
 	}
 	return Attach(po)
 }
+
+// Enabled reports whether the node takes part in migrations.
+func (n *Node) Enabled() bool { return n.on }
 
 // Attach makes po a node of an elastic job whatever its configuration says
 // (tests and tools that switch elastic mode on by hand). Once per
@@ -55,7 +61,7 @@ func Attach(po *postoffice.Postoffice) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("elastic: %w", err)
 	}
-	n := &Node{po: po, link: l, table: routing.NewIdentityTable(po.NumServers()), every: reportInterval(po)}
+	n := &Node{po: po, on: true, link: l, table: routing.NewIdentityTable(po.NumServers()), every: reportInterval(po)}
 	l.Handle(n.handle)
 	return n, nil
 }
@@ -81,13 +87,13 @@ func (n *Node) handle(from int32, head int32, body []byte) ([]byte, error) {
 // moves keys).
 func (n *Node) Table() *routing.Table { return n.table }
 
-// NewWorker creates a worker of this node (kv.NewWorker) that routes by the
-// node's table, numbers its pushes for cut-overs and reports its round
+// NewWorker creates a worker of this node (kv.NewWorker); in elastic mode
+// it routes by the node's table, numbers its pushes for cut-overs and reports its round
 // trips to the scheduler every PS_REPORT_INTERVAL, which the balancer uses
 // as the job's iteration-time signal.
 func (n *Node) NewWorker(appID, customerID int) (*kv.Worker, error) {
-	if n == nil {
-		return nil, errNotElastic("worker")
+	if !n.on {
+		return kv.NewWorker(n.po, appID, customerID)
 	}
 	r := &workerRouter{node: n}
 	w, err := kv.NewWorkerWith(n.po, appID, customerID, kv.WorkerOptions{Router: r})
@@ -98,14 +104,14 @@ func (n *Node) NewWorker(appID, customerID int) (*kv.Worker, error) {
 	return w, nil
 }
 
-// NewServer creates a server of this node (kv.NewServerWith) whose keys the
-// scheduler may move: requests pass its gate first. mig hands key-range
+// NewServer creates a server of this node (kv.NewServerWith); in elastic
+// mode the scheduler may move its keys: requests pass its gate first. mig hands key-range
 // state over (kv.DefaultHandler implements it); with nil, and until
 // SetMigrator, keys move by the generic hand-over (see fallback.go). One
 // server per node.
 func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Server, error) {
-	if n == nil {
-		return nil, errNotElastic("server")
+	if !n.on {
+		return kv.NewServerWith(n.po, appID, opts)
 	}
 	if n.server.Load() != nil {
 		return nil, errors.New("elastic: this node has a server already; a node serves one key range set")
@@ -125,9 +131,13 @@ func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Se
 	return s, nil
 }
 
-// SetMigrator sets the state hand-over of the node's server.
+// SetMigrator sets the state hand-over of the node's server. Outside
+// elastic mode nothing moves: it does nothing.
 func (n *Node) SetMigrator(m Migrator) error {
-	a := n.agent()
+	if !n.on {
+		return nil
+	}
+	a := n.server.Load()
 	if a == nil {
 		return errors.New("elastic: SetMigrator on a node without an elastic server (PS_ELASTIC=1 and Node.NewServer)")
 	}
@@ -138,21 +148,10 @@ func (n *Node) SetMigrator(m Migrator) error {
 // Redirected counts the requests the node's server answered with a
 // redirect during migrations.
 func (n *Node) Redirected() int64 {
-	if a := n.agent(); a != nil {
+	if a := n.server.Load(); a != nil {
 		return a.redirected.Load()
 	}
 	return 0
-}
-
-func (n *Node) agent() *serverAgent {
-	if n == nil {
-		return nil
-	}
-	return n.server.Load()
-}
-
-func errNotElastic(what string) error {
-	return fmt.Errorf("elastic: no elastic node: create the %s with kv directly, or open the node with elastic.Open on a job with PS_ELASTIC=1", what)
 }
 
 func newServerAgent(n *Node, s *kv.Server, mig Migrator) *serverAgent {

@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/elasticps/elasticps/scheduler/coord"
+	"github.com/elasticps/elasticps/elastic/coord"
 )
 
 const ctlUsage = `usage: elasticps ctl [--addr HOST:PORT] COMMAND

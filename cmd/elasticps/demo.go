@@ -14,12 +14,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/internal/straggler"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/launcher"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // demoParams configure the demo job; they travel to the node processes in
@@ -116,7 +118,11 @@ func runDemoNode(ctx context.Context) error {
 		return err
 	}
 	defer release()
-	w, err := kv.NewWorker(po, 0, 0)
+	en, err := elastic.Open(po)
+	if err != nil {
+		return err
+	}
+	w, err := en.NewWorker(0, 0)
 	if err != nil {
 		return err
 	}
@@ -133,7 +139,7 @@ func runDemoNode(ctx context.Context) error {
 // demoKeys spreads the features over the servers in contiguous blocks; the
 // returned keys are sorted. Three more keys per worker, on server 0 after
 // the features, carry each worker's summary to rank 0 through the store.
-func demoKeys(ranges []postoffice.Range, features, workers int) (weights []uint64, summary func(rank int) []uint64) {
+func demoKeys(ranges []routing.Range, features, workers int) (weights []uint64, summary func(rank int) []uint64) {
 	n := len(ranges)
 	for s := range n {
 		lo, hi := features*s/n, features*(s+1)/n

@@ -6,11 +6,12 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/coord"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
-	"github.com/elasticps/elasticps/scheduler/coord"
 )
 
 // statsHead is the SimpleApp head a worker sends to ask a server for its
@@ -32,19 +33,18 @@ func runRole(ctx context.Context, role string) error {
 	}
 	defer release()
 	if cfg.Role == message.RoleServer {
-		srv, err := kv.NewServer(po, 0)
+		en, err := elastic.Open(po)
+		if err != nil {
+			return err
+		}
+		store := kv.NewDefaultHandler()
+		// the sum store copies what it keeps; in an elastic job it hands
+		// key ranges over itself
+		srv, err := en.NewServer(0, kv.ServerOptions{Handler: store.Handle, ReleaseRequests: true}, store)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
-		store := kv.NewDefaultHandler()
-		srv.SetRequestHandler(store.Handle)
-		srv.ReleaseRequests(true) // the sum store copies what it keeps
-		if cfg.Elastic {
-			if err := srv.SetMigrator(store); err != nil {
-				return err
-			}
-		}
 		serveStats(po, srv.Simple())
 	}
 	var bal *coord.Balancer

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
@@ -114,15 +115,22 @@ func RunNode(ctx context.Context) error {
 
 	switch cfg.Role {
 	case message.RoleServer:
-		srv, err := kv.NewServer(po, 0)
+		en, err := elastic.Open(po)
+		if err != nil {
+			return err
+		}
+		// the bench handler keeps no view of requests
+		srv, err := en.NewServer(0, kv.ServerOptions{Handler: newHandler(plan, cfg.NumServers).handle, ReleaseRequests: true}, nil)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
-		srv.SetRequestHandler(newHandler(plan, cfg.NumServers).handle)
-		srv.ReleaseRequests(true) // the bench handler keeps no view of requests
 	case message.RoleWorker:
-		w, err := kv.NewWorker(po, 0, 0)
+		en, err := elastic.Open(po)
+		if err != nil {
+			return err
+		}
+		w, err := en.NewWorker(0, 0)
 		if err != nil {
 			return err
 		}

@@ -13,9 +13,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic/coord"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/rebalance"
-	"github.com/elasticps/elasticps/scheduler/coord"
 )
 
 // Logger is the logger of a node process: text to stderr, level info.

@@ -10,11 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/coord"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
-	"github.com/elasticps/elasticps/scheduler/coord"
 )
 
 // The straggler benchmark's processes are this executable's hidden
@@ -165,22 +166,20 @@ func runServer(po *postoffice.Postoffice, plan nodePlan) error {
 	if err != nil {
 		return err
 	}
-	srv, err := kv.NewServer(po, 0)
+	en, err := elastic.Open(po)
+	if err != nil {
+		return err
+	}
+	store := kv.NewDefaultHandler()
+	emu.store = store
+	emu.rank = po.MyRank
+	// The emulation wraps the handler only; migrations hand the store's
+	// state over directly.
+	srv, err := en.NewServer(0, kv.ServerOptions{Handler: emu.handle}, store)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	store := kv.NewDefaultHandler()
-	emu.store = store
-	emu.rank = po.MyRank
-	srv.SetRequestHandler(emu.handle)
-	if po.Config().Elastic {
-		// The emulation wraps the handler only; migrations hand the
-		// store's state over directly.
-		if err := srv.SetMigrator(store); err != nil {
-			return err
-		}
-	}
 	if err := po.StartWithBarrier(0); err != nil {
 		return err
 	}
@@ -189,7 +188,7 @@ func runServer(po *postoffice.Postoffice, plan nodePlan) error {
 	}
 	slow, bw := emu.profile()
 	res := serverResult{Rank: po.MyRank(), Slow: slow, Requests: emu.requests.Load(), Bytes: emu.bytes.Load(),
-		EmulatedNS: emu.emulated.Load(), Redirected: srv.Redirected(), Bandwidth: bw}
+		EmulatedNS: emu.emulated.Load(), Redirected: en.Redirected(), Bandwidth: bw}
 	return writeJSON(filepath.Join(plan.OutDir, fmt.Sprintf("server-%d.json", res.Rank)), res)
 }
 
@@ -375,7 +374,11 @@ func (e *emulator) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
 // request, all in flight, then waits) and then pulls every block the same
 // way, as BytePS and MXNet workers do.
 func runWorker(po *postoffice.Postoffice, plan nodePlan) error {
-	w, err := kv.NewWorker(po, 0, 0)
+	en, err := elastic.Open(po)
+	if err != nil {
+		return err
+	}
+	w, err := en.NewWorker(0, 0)
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/elasticps/elasticps/internal/stats"
 	"github.com/elasticps/elasticps/launcher"
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // Config is one straggler experiment ('elasticps bench straggler' fills it
@@ -532,7 +532,7 @@ func (r *jobResult) rates(workers []workerResult, o Config) error {
 func (r *jobResult) moves(workers []workerResult, servers int, blocks []block) (final []block, windows [][2]int64) {
 	final = slices.Clone(blocks)
 	if r.trace != nil {
-		ranges := postoffice.KeyRanges(servers)
+		ranges := routing.KeyRanges(servers)
 		var durs []float64
 		end := int64(math.MaxInt64) // when the first worker finished training
 		for _, w := range workers {
