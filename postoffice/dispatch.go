@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/scheduler"
 	"github.com/elasticps/elasticps/van"
 )
 
@@ -117,45 +116,31 @@ func messageBytes(m *message.Message) int {
 	return n
 }
 
+// handle runs a control message on the receive loop. The scheduler's
+// requests go to its driver, which has handled each when handle returns.
 func (p *Postoffice) handle(m *message.Message) {
+	switch {
+	case m.Meta.Control.Cmd == message.CmdAck:
+		// handled by the resender; an ACK without a resender is harmless
+	case m.Meta.Control.Cmd == message.CmdBarrier && !m.Meta.Request:
+		p.releaseBarrier()
+	case p.driver != nil:
+		p.driver.control(m) // the scheduler's requests
+	default:
+		p.handleAsNode(m)
+	}
+}
+
+// handleAsNode handles a control message from the scheduler on a server or
+// worker.
+func (p *Postoffice) handleAsNode(m *message.Message) {
 	switch m.Meta.Control.Cmd {
 	case message.CmdAddNode:
-		if p.cfg.Role == message.RoleScheduler {
-			p.schedulerAddNode(m)
-		} else {
-			p.nodeAddNode(m)
-		}
+		p.nodeAddNode(m)
 	case message.CmdBarrier:
-		if m.Meta.Request {
-			if p.cfg.Role != message.RoleScheduler {
-				p.reject(fmt.Errorf("BARRIER request from node %d reached a %s; only the scheduler counts barriers", m.Meta.Sender, p.cfg.Role))
-				return
-			}
-			var a scheduler.Actions
-			p.schedCall(func(s *scheduler.State) {
-				a = s.Barrier(m.Meta.Sender, m.Meta.AppID, m.Meta.CustomerID, m.Meta.Control.BarrierGroup)
-			})
-			p.apply(a)
-		} else {
-			p.releaseBarrier()
-		}
+		p.reject(fmt.Errorf("BARRIER request from node %d reached a %s; only the scheduler counts barriers", m.Meta.Sender, p.cfg.Role))
 	case message.CmdHeartbeat:
-		now := time.Now()
-		if p.cfg.Role == message.RoleScheduler {
-			if m.Meta.Sender == message.Empty {
-				p.reject(errors.New("HEARTBEAT from an unregistered node"))
-				return
-			}
-			var a scheduler.Actions
-			p.schedCall(func(s *scheduler.State) { a = s.Heartbeat(now, m.Meta.Sender) })
-			p.apply(a)
-		} else {
-			p.hbMu.Lock()
-			p.heartbeats[message.SchedulerID] = now
-			p.hbMu.Unlock()
-		}
-	case message.CmdAck:
-		// handled by the resender; an ACK without a resender is harmless
+		p.heardScheduler()
 	default:
 		p.reject(fmt.Errorf("unknown control command %d from node %d", m.Meta.Control.Cmd, m.Meta.Sender))
 	}
@@ -204,6 +189,20 @@ func (p *Postoffice) dispatch(m *message.Message, size int) bool {
 	}
 	c.Accept(m)
 	return true
+}
+
+// startReceiving starts the receive loop, the inline hand-over's watch
+// over it, and the clean-up of parked messages.
+func (p *Postoffice) startReceiving() {
+	if p.cfg.InlineHandOver > 0 {
+		p.inline = newHandOver(p.cfg.InlineHandOver, func() { go p.receiveLoop() }, func(held time.Duration) {
+			p.stats.HandOvers.Add(1)
+			p.vlog(1, "a customer's handler held the receive loop; receiving goes on in a new goroutine", "held_at_least", held, "hand_overs", p.stats.HandOvers.Load())
+		})
+		go p.inline.watch(p.stopped)
+	}
+	go p.receiveLoop()
+	go p.parkedLoop()
 }
 
 // parkedLoop drops parked messages whose customer never appeared.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/elasticps/elasticps/membership"
 	"github.com/elasticps/elasticps/message"
@@ -53,6 +54,18 @@ func (p *Postoffice) startGossip(me message.Node) error {
 	p.member = m
 	p.vlog(1, "membership gossip started", "addr", m.Addr())
 	return nil
+}
+
+// stopGossip leaves the membership: for the others a clean stop is a
+// Leave, not a failure.
+func (p *Postoffice) stopGossip() {
+	p.memberMu.Lock()
+	defer p.memberMu.Unlock()
+	if m := p.member; m != nil {
+		_ = m.Leave(time.Second)
+		_ = m.Shutdown()
+		p.member = nil
+	}
 }
 
 func isLoopback(host string) bool {

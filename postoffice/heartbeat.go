@@ -22,21 +22,32 @@ func (p *Postoffice) DeadNodes(timeout time.Duration) []int32 {
 	now := time.Now()
 	if p.cfg.Role == message.RoleScheduler {
 		var out []int32
-		p.schedCall(func(s *scheduler.State) { out = s.DeadNodes(now, timeout) })
+		p.driver.query(func(s *scheduler.State) { out = s.DeadNodes(now, timeout) })
 		return out
 	}
 	if !now.After(p.startTime.Add(timeout)) {
 		return nil
 	}
 	p.hbMu.Lock()
-	last, ok := p.heartbeats[message.SchedulerID]
+	last := p.schedBeat
 	p.hbMu.Unlock()
-	if !ok || now.After(last.Add(timeout)) {
+	if last.IsZero() || now.After(last.Add(timeout)) {
 		return []int32{message.SchedulerID}
 	}
 	return nil
 }
 
+// heardScheduler records, on a server or worker, that the scheduler is
+// alive (its node list or its answer to a heartbeat arrived). The
+// scheduler's own record of the others is scheduler.State's.
+func (p *Postoffice) heardScheduler() {
+	p.hbMu.Lock()
+	p.schedBeat = time.Now()
+	p.hbMu.Unlock()
+}
+
+// startHeartbeat starts, on a server or worker, the heartbeats to the
+// scheduler (PS_HEARTBEAT_INTERVAL); once per node.
 func (p *Postoffice) startHeartbeat() {
 	if p.cfg.Role == message.RoleScheduler || p.cfg.HeartbeatInterval <= 0 {
 		return

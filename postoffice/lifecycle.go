@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/metrics"
-	"github.com/elasticps/elasticps/scheduler"
 )
 
 // Start registers customer customerID of this node with the job and blocks
@@ -19,21 +17,10 @@ func (p *Postoffice) Start(customerID int) error {
 		return err
 	}
 	if p.cfg.Role != message.RoleScheduler {
-		p.mu.Lock()
-		n := p.myNode
-		p.mu.Unlock()
-		n.ID = message.Empty
-		n.CustomerID = int32(customerID)
-		n.Standby = p.cfg.Standby
-		m := &message.Message{Meta: message.NewMeta()}
-		m.Meta.Recver = message.SchedulerID
-		m.Meta.Control.Cmd = message.CmdAddNode
-		m.Meta.Control.Nodes = []message.Node{n}
-		if err := p.sendControl(m); err != nil {
-			return fmt.Errorf("postoffice: cannot register with the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+		if err := p.register(customerID); err != nil {
+			return err
 		}
 	}
-	p.numStarted.Add(1)
 	select {
 	case <-p.ready:
 	case <-p.stopped:
@@ -82,46 +69,22 @@ func (p *Postoffice) startOnce() error {
 	p.mu.Unlock()
 	p.vlog(1, "bound", "node", me.String())
 	p.startTime = time.Now()
-	if p.cfg.MetricsAddr != "" {
-		srv, err := metrics.Serve(p.cfg.MetricsAddr, p.reg, p.log)
-		if err != nil {
-			return fmt.Errorf("postoffice: PS_METRICS_ADDR=%s: %w", p.cfg.MetricsAddr, err)
-		}
-		p.log.Info("metrics endpoint (Prometheus)", "addr", "http://"+srv.Addr()+"/metrics")
-		p.RegisterExitCallback(func() { _ = srv.Close() })
+	if err := p.serveMetrics(); err != nil {
+		return err
 	}
 	if p.cfg.Role == message.RoleScheduler {
-		p.sched = scheduler.New(scheduler.Config{
-			NumServers: p.cfg.NumServers, NumWorkers: p.cfg.NumWorkers,
-			Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, Gossip: p.cfg.GossipPort > 0,
-		}, p.startTime)
-		if err := p.startGossip(me); err != nil {
-			return err
-		}
-		// The scheduler talks to itself (its own barrier requests) over a
-		// self-connection, as ps-lite does.
-		if err := p.tr.Connect(me, message.SchedulerID); err != nil {
-			return fmt.Errorf("postoffice: scheduler cannot connect to itself: %w", err)
-		}
-	} else if err := p.tr.Connect(p.schedulerNode(), message.Empty); err != nil {
-		return fmt.Errorf("postoffice: cannot connect to the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+		err = p.startScheduler(me)
+	} else {
+		err = p.connectScheduler()
+	}
+	if err != nil {
+		return err
 	}
 	if p.cfg.Resend {
 		p.resender = newResender(p, p.cfg.ResendTimeout, 10)
 	}
 	p.started = true
-	if p.cfg.InlineHandOver > 0 {
-		p.inline = newHandOver(p.cfg.InlineHandOver, func() { go p.receiveLoop() }, func(held time.Duration) {
-			p.stats.HandOvers.Add(1)
-			p.vlog(1, "a customer's handler held the receive loop; receiving goes on in a new goroutine", "held_at_least", held, "hand_overs", p.stats.HandOvers.Load())
-		})
-		go p.inline.watch(p.stopped)
-	}
-	go p.receiveLoop()
-	go p.parkedLoop()
-	if p.sched != nil && (p.cfg.HeartbeatTimeout > 0 || p.cfg.GossipPort > 0) {
-		go p.schedulerTickLoop()
-	}
+	p.startReceiving()
 	return nil
 }
 
@@ -161,42 +124,13 @@ func (p *Postoffice) isStarted() bool {
 // transport closes and exit callbacks run. It is idempotent.
 func (p *Postoffice) Stop() {
 	p.stopOnce.Do(func() {
-		p.startMu.Lock()
-		started := p.started
-		p.startMu.Unlock()
+		started := p.isStarted()
 		if p.resender != nil {
 			p.resender.stop() // before the transport goes: no resend after close
 		}
-		p.memberMu.Lock()
-		if m := p.member; m != nil {
-			// a clean stop is a Leave for the others, not a failure
-			_ = m.Leave(time.Second)
-			_ = m.Shutdown()
-			p.member = nil
-		}
-		p.memberMu.Unlock()
+		p.stopGossip()
 		if started {
-			// TERMINATE to ourselves ends the receive loop after everything
-			// already queued (ps-lite's shutdown path).
-			me := p.MyNode()
-			m := &message.Message{Meta: message.NewMeta()}
-			m.Meta.Control.Cmd = message.CmdTerminate
-			m.Meta.Recver = me.ID
-			m.Meta.CustomerID = 0
-			sent := false
-			if me.ID != message.Empty {
-				if _, err := p.tr.Send(m); err == nil {
-					sent = true
-				}
-			}
-			close(p.stopped)
-			if sent {
-				select {
-				case <-p.loopDone:
-				case <-time.After(2 * time.Second):
-					p.log.Warn("receive loop did not see TERMINATE in 2s; closing the transport")
-				}
-			}
+			p.stopReceiving()
 		} else {
 			close(p.stopped)
 		}
@@ -204,18 +138,51 @@ func (p *Postoffice) Stop() {
 		if started {
 			<-p.loopDone
 		}
+		p.driver.wait()
+		p.releaseBarrier()
 		p.mu.Lock()
 		fns := p.exitFns
-		for _, ch := range p.barrierWait {
-			close(ch)
-		}
-		p.barrierWait = map[int32]chan struct{}{}
 		p.mu.Unlock()
 		for _, f := range fns {
 			f()
 		}
 		p.vlog(1, "stopped", "node", p.MyNode().String())
 	})
+}
+
+// stopReceiving marks the node stopped after a TERMINATE to itself, which
+// ends the receive loop after everything already queued (ps-lite's
+// shutdown path), and waits up to 2 s for the loop to see it.
+func (p *Postoffice) stopReceiving() {
+	me := p.MyNode()
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Control.Cmd = message.CmdTerminate
+	m.Meta.Recver = me.ID
+	m.Meta.CustomerID = 0
+	sent := false
+	if me.ID != message.Empty {
+		if _, err := p.tr.Send(m); err == nil {
+			sent = true
+		}
+	}
+	close(p.stopped)
+	if !sent {
+		return
+	}
+	select {
+	case <-p.loopDone:
+	case <-time.After(2 * time.Second):
+		p.log.Warn("receive loop did not see TERMINATE in 2s; closing the transport")
+	}
+}
+
+func (p *Postoffice) isStopped() bool {
+	select {
+	case <-p.stopped:
+		return true
+	default:
+		return false
+	}
 }
 
 // Done is closed when the node stops.

@@ -35,35 +35,33 @@ type Postoffice struct {
 	log *slog.Logger
 	tr  van.Transport
 
-	startMu    sync.Mutex
-	started    bool // transport bound, receive loop running
-	ready      chan struct{}
-	readyOnce  sync.Once
-	stopped    chan struct{}
-	stopOnce   sync.Once
-	loopDone   chan struct{}
-	hbDone     chan struct{}
-	startTime  time.Time
-	timestamp  atomic.Int32
-	numStarted atomic.Int32 // customers that called Start
-	myID       atomic.Int32 // myNode.ID, read on the send path without the lock
-	elasticOn  atomic.Bool  // elastic mode: routing tables change while the job runs
-	left       atomic.Bool  // drained out of the job (scale-in)
+	startMu   sync.Mutex
+	started   bool // transport bound, receive loop running
+	ready     chan struct{}
+	readyOnce sync.Once
+	stopped   chan struct{}
+	stopOnce  sync.Once
+	loopDone  chan struct{}
+	hbDone    chan struct{}
+	startTime time.Time
+	timestamp atomic.Int32
+	myID      atomic.Int32 // myNode.ID, read on the send path without the lock
+	elasticOn atomic.Bool  // elastic mode: routing tables change while the job runs
+	left      atomic.Bool  // drained out of the job (scale-in)
 
 	mu        sync.Mutex
 	myNode    message.Node
 	connected map[string]int32 // host:port -> id
-	numSeen   [2]int           // servers, workers learnt from ADD_NODE
 	customers map[customerKey]Customer
 	parked    map[customerKey][]parked
 	exitFns   []func()
 	// barrier waiters: customer id -> channel closed on release
 	barrierWait map[int32]chan struct{}
 
-	hbMu       sync.Mutex
-	heartbeats map[int32]time.Time // scheduler: per node; others: the scheduler
+	hbMu      sync.Mutex
+	schedBeat time.Time // server, worker: when the scheduler was last heard (zero: never)
 
-	sched    *scheduler.State // scheduler role only; touched by the receive loop
+	driver   *schedulerDriver // scheduler role only: owns the scheduler state
 	groups   map[int][]int32
 	routing  *RoutingTable
 	resender *resender
@@ -114,7 +112,6 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		customers:   map[customerKey]Customer{},
 		parked:      map[customerKey][]parked{},
 		barrierWait: map[int32]chan struct{}{},
-		heartbeats:  map[int32]time.Time{},
 		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
 		routing:     NewIdentityRouting(cfg.NumServers),
 	}
@@ -134,6 +131,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 	p.myNode = message.NewNode(cfg.Role)
 	p.myID.Store(message.Empty)
 	if cfg.Role == message.RoleScheduler {
+		p.driver = newSchedulerDriver(p)
 		p.myID.Store(message.SchedulerID)
 		p.myNode.ID = message.SchedulerID
 		p.myNode.Hostname = cfg.SchedulerHost
@@ -256,18 +254,20 @@ func (p *Postoffice) GroupContains(group int, id int32) bool {
 
 // Members returns the ids of group that are real nodes: on the scheduler,
 // without the aliases of multi-customer processes (which share another
-// id and receive nothing) and without servers that left the job.
+// id and receive nothing) and without servers that left the job. Elsewhere,
+// and on the scheduler before Start and after Stop, it is the whole group.
 func (p *Postoffice) Members(group int) []int32 {
-	ids := p.groups[group]
 	var out []int32
-	for _, id := range ids {
-		skip := false
-		p.schedCall(func(s *scheduler.State) { skip = s.IsAlias(id) || s.Left(id) })
-		if !skip {
-			out = append(out, id)
+	if p.driver.query(func(s *scheduler.State) {
+		for _, id := range p.groups[group] {
+			if !s.IsAlias(id) && !s.Left(id) {
+				out = append(out, id)
+			}
 		}
+	}) {
+		return out
 	}
-	return out
+	return append(out, p.groups[group]...)
 }
 
 // SetElastic switches elastic mode on (kv.EnableElastic does): workers then
@@ -283,6 +283,21 @@ func (p *Postoffice) IsStandby() bool { return p.cfg.Standby }
 
 // Metrics is the node's metrics registry (served at PS_METRICS_ADDR).
 func (p *Postoffice) Metrics() *metrics.Registry { return p.reg }
+
+// serveMetrics serves the metrics at PS_METRICS_ADDR, if set, until the
+// node stops.
+func (p *Postoffice) serveMetrics() error {
+	if p.cfg.MetricsAddr == "" {
+		return nil
+	}
+	srv, err := metrics.Serve(p.cfg.MetricsAddr, p.reg, p.log)
+	if err != nil {
+		return fmt.Errorf("postoffice: PS_METRICS_ADDR=%s: %w", p.cfg.MetricsAddr, err)
+	}
+	p.log.Info("metrics endpoint (Prometheus)", "addr", "http://"+srv.Addr()+"/metrics")
+	p.RegisterExitCallback(func() { _ = srv.Close() })
+	return nil
+}
 
 // ElasticMetrics are the node's load, migration and routing metrics.
 func (p *Postoffice) ElasticMetrics() *metrics.ElasticMetrics { return p.elastic }

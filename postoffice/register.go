@@ -2,10 +2,37 @@ package postoffice
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/elasticps/elasticps/message"
 )
+
+// Registration of a server or worker: the scheduler side is the driver's
+// (schedrole.go).
+
+// connectScheduler opens the path to the scheduler, the first a server or
+// worker needs.
+func (p *Postoffice) connectScheduler() error {
+	if err := p.tr.Connect(p.schedulerNode(), message.Empty); err != nil {
+		return fmt.Errorf("postoffice: cannot connect to the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+	}
+	return nil
+}
+
+// register sends customer customerID's ADD_NODE to the scheduler.
+func (p *Postoffice) register(customerID int) error {
+	n := p.MyNode()
+	n.ID = message.Empty
+	n.CustomerID = int32(customerID)
+	n.Standby = p.cfg.Standby
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = message.SchedulerID
+	m.Meta.Control.Cmd = message.CmdAddNode
+	m.Meta.Control.Nodes = []message.Node{n}
+	if err := p.sendControl(m); err != nil {
+		return fmt.Errorf("postoffice: cannot register with the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+	}
+	return nil
+}
 
 // nodeAddNode handles the scheduler's node list on a server or worker.
 func (p *Postoffice) nodeAddNode(m *message.Message) {
@@ -30,12 +57,6 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 			p.connected[a] = n.ID
 			toConnect = append(toConnect, n)
 		}
-		if !n.IsRecovery && n.Role == message.RoleServer {
-			p.numSeen[0]++
-		}
-		if !n.IsRecovery && n.Role == message.RoleWorker {
-			p.numSeen[1]++
-		}
 	}
 	p.mu.Unlock()
 	if me.ID == message.Empty {
@@ -57,9 +78,7 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		p.vlog(1, "peer list updated (recovery)", "nodes", fmt.Sprint(m.Meta.Control.Nodes))
 		return
 	}
-	p.hbMu.Lock()
-	p.heartbeats[message.SchedulerID] = time.Now()
-	p.hbMu.Unlock()
+	p.heardScheduler()
 	p.shareHostCPUs(me, m.Meta.Control.Nodes)
 	p.vlog(1, "node is connected to others", "node", me.String())
 	p.markReady()
