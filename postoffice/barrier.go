@@ -47,12 +47,10 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 	case <-p.stopped:
 		return ErrStopped
 	}
-	select {
-	case <-p.stopped:
+	if p.isStopped() {
 		return ErrStopped
-	default:
-		return nil
 	}
+	return nil
 }
 
 func (p *Postoffice) releaseBarrier() {

@@ -11,12 +11,7 @@ import (
 // DeadNodes is ps-lite's GetDeadNodes(t): on the scheduler, the servers and
 // workers silent for longer than timeout; elsewhere, the scheduler if it is.
 func (p *Postoffice) DeadNodes(timeout time.Duration) []int32 {
-	select {
-	case <-p.ready:
-	default:
-		return nil
-	}
-	if timeout <= 0 {
+	if !p.isReady() || timeout <= 0 {
 		return nil
 	}
 	now := time.Now()

@@ -176,14 +176,7 @@ func (p *Postoffice) stopReceiving() {
 	}
 }
 
-func (p *Postoffice) isStopped() bool {
-	select {
-	case <-p.stopped:
-		return true
-	default:
-		return false
-	}
-}
+func (p *Postoffice) isStopped() bool { return isClosed(p.stopped) }
 
 // Done is closed when the node stops.
 func (p *Postoffice) Done() <-chan struct{} { return p.stopped }
@@ -198,9 +191,13 @@ func (p *Postoffice) RegisterExitCallback(f func()) {
 // Ready is closed once the node is registered and connected.
 func (p *Postoffice) Ready() <-chan struct{} { return p.ready }
 
-func (p *Postoffice) isReady() bool {
+func (p *Postoffice) isReady() bool { return isClosed(p.ready) }
+
+// isClosed reports whether ch, one of the node's ready or stopped, is
+// closed.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-p.ready:
+	case <-ch:
 		return true
 	default:
 		return false

@@ -27,12 +27,12 @@ import (
 // takes the next input. Before Start, and once the node stopped, there is
 // no state to ask: requests return at once without an answer.
 type schedulerDriver struct {
-	p       *Postoffice
-	controc chan request
-	eventc  chan membership.Event
-	reqc    chan request
-	running chan struct{} // closed when run starts
-	done    chan struct{} // closed when run returns
+	p        *Postoffice
+	controlc chan request
+	eventc   chan membership.Event
+	reqc     chan request
+	running  chan struct{} // closed when run starts
+	done     chan struct{} // closed when run returns
 }
 
 // request is a step run on the driver's goroutine; done is closed once the
@@ -44,21 +44,19 @@ type request struct {
 
 func newSchedulerDriver(p *Postoffice) *schedulerDriver {
 	return &schedulerDriver{
-		p:       p,
-		controc: make(chan request),
-		eventc:  make(chan membership.Event),
-		reqc:    make(chan request),
-		running: make(chan struct{}),
-		done:    make(chan struct{}),
+		p:        p,
+		controlc: make(chan request),
+		eventc:   make(chan membership.Event),
+		reqc:     make(chan request),
+		running:  make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 }
 
 // start runs the driver over a new state; a second call does nothing.
 func (d *schedulerDriver) start(cfg scheduler.Config, now time.Time) {
-	select {
-	case <-d.running:
+	if isClosed(d.running) {
 		return
-	default:
 	}
 	close(d.running)
 	go d.run(scheduler.New(cfg, now))
@@ -78,7 +76,7 @@ func (d *schedulerDriver) run(s *scheduler.State) {
 	}
 	for {
 		select {
-		case r := <-d.controc:
+		case r := <-d.controlc:
 			d.apply(r.step(s))
 			close(r.done)
 		case now := <-tick:
@@ -97,9 +95,7 @@ func (d *schedulerDriver) run(s *scheduler.State) {
 // deliver hands v to run over ch. It reports false, at once, when the
 // driver does not run: before Start and once the node stopped.
 func deliver[T any](d *schedulerDriver, ch chan<- T, v T) bool {
-	select {
-	case <-d.running:
-	default:
+	if !isClosed(d.running) {
 		return false
 	}
 	select {
@@ -136,20 +132,15 @@ func (d *schedulerDriver) call(ch chan<- request, step func(*scheduler.State) sc
 
 // wait returns once run returned (at once if it never ran).
 func (d *schedulerDriver) wait() {
-	if d == nil {
-		return
-	}
-	select {
-	case <-d.running:
+	if d != nil && isClosed(d.running) {
 		<-d.done
-	default:
 	}
 }
 
 // control hands a control request from the receive loop to the driver and
 // waits until it is handled. Once the node stopped it is dropped.
 func (d *schedulerDriver) control(m *message.Message) {
-	d.call(d.controc, func(s *scheduler.State) scheduler.Actions { return d.step(s, m) })
+	d.call(d.controlc, func(s *scheduler.State) scheduler.Actions { return d.step(s, m) })
 }
 
 // step is the scheduler's handling of a control request.
