@@ -153,6 +153,21 @@ func (p *Postoffice) schedulerNode() message.Node {
 	return n
 }
 
+// serveMetrics serves the metrics at PS_METRICS_ADDR, if set, until the
+// node stops.
+func (p *Postoffice) serveMetrics() error {
+	if p.cfg.MetricsAddr == "" {
+		return nil
+	}
+	srv, err := metrics.Serve(p.cfg.MetricsAddr, p.reg, p.log)
+	if err != nil {
+		return fmt.Errorf("postoffice: PS_METRICS_ADDR=%s: %w", p.cfg.MetricsAddr, err)
+	}
+	p.log.Info("metrics endpoint (Prometheus)", "addr", "http://"+srv.Addr()+"/metrics")
+	p.RegisterExitCallback(func() { _ = srv.Close() })
+	return nil
+}
+
 // NodeIDs returns the ids of a group (1-7) or of a single node id; nil for
 // an unknown id.
 func (p *Postoffice) NodeIDs(group int) []int32 {
@@ -283,21 +298,6 @@ func (p *Postoffice) IsStandby() bool { return p.cfg.Standby }
 
 // Metrics is the node's metrics registry (served at PS_METRICS_ADDR).
 func (p *Postoffice) Metrics() *metrics.Registry { return p.reg }
-
-// serveMetrics serves the metrics at PS_METRICS_ADDR, if set, until the
-// node stops.
-func (p *Postoffice) serveMetrics() error {
-	if p.cfg.MetricsAddr == "" {
-		return nil
-	}
-	srv, err := metrics.Serve(p.cfg.MetricsAddr, p.reg, p.log)
-	if err != nil {
-		return fmt.Errorf("postoffice: PS_METRICS_ADDR=%s: %w", p.cfg.MetricsAddr, err)
-	}
-	p.log.Info("metrics endpoint (Prometheus)", "addr", "http://"+srv.Addr()+"/metrics")
-	p.RegisterExitCallback(func() { _ = srv.Close() })
-	return nil
-}
 
 // ElasticMetrics are the node's load, migration and routing metrics.
 func (p *Postoffice) ElasticMetrics() *metrics.ElasticMetrics { return p.elastic }
