@@ -1,0 +1,292 @@
+// Package postoffice is a node's control plane: it registers with the
+// scheduler, keeps the node table and groups, runs barriers and heartbeats,
+// recovers restarted nodes and dispatches data messages to customers. The transport underneath (van.Transport) only moves
+// bytes; the scheduler's decisions come from package scheduler.
+//
+// Unlike ps-lite there is no process-wide singleton: a process may run
+// several nodes (tests run whole jobs in one process), each with its own
+// Postoffice.
+package postoffice
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/membership"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/metrics"
+	"github.com/elasticps/elasticps/routing"
+	"github.com/elasticps/elasticps/scheduler"
+	"github.com/elasticps/elasticps/van"
+)
+
+// ErrStopped is returned by operations on a stopped node.
+var ErrStopped = errors.New("postoffice: node is stopped")
+
+// Postoffice is one node's control plane.
+type Postoffice struct {
+	cfg Config
+	log *slog.Logger
+	tr  van.Transport
+
+	startMu   sync.Mutex
+	started   bool // transport bound, receive loop running
+	ready     chan struct{}
+	readyOnce sync.Once
+	stopped   chan struct{}
+	stopOnce  sync.Once
+	loopDone  chan struct{}
+	hbDone    chan struct{}
+	startTime time.Time
+	timestamp atomic.Int32
+	myID      atomic.Int32 // myNode.ID, read on the send path without the lock
+	left      atomic.Bool  // drained out of the job (scale-in)
+
+	mu        sync.Mutex
+	myNode    message.Node
+	connected map[string]int32 // host:port -> id
+	customers map[customerKey]Customer
+	parked    map[customerKey][]parked
+	exitFns   []func()
+	// barrier waiters: customer id -> channel closed on release
+	barrierWait map[int32]chan struct{}
+
+	hbMu      sync.Mutex
+	schedBeat time.Time // server, worker: when the scheduler was last heard (zero: never)
+
+	driver   *schedulerDriver // scheduler role only: owns the scheduler state
+	groups   map[int][]int32
+	ranges   []routing.Range
+	resender *resender
+	inline   *handOver // nil when Config.InlineHandOver < 0
+	cpus     cpuShare
+
+	// Stats counts what the node saw; read with Stats().
+	stats Stats
+
+	reg     *metrics.Registry
+	elastic *metrics.ElasticMetrics
+
+	memberMu sync.Mutex
+	member   *membership.Member
+}
+
+// Stats are monotonically increasing counters.
+type Stats struct {
+	MsgsSent, MsgsRecv   atomic.Int64
+	BytesSent, BytesRecv atomic.Int64
+	Malformed            atomic.Int64 // messages rejected by the transport
+	Dropped              atomic.Int64 // valid messages that had nowhere to go
+	Rejected             atomic.Int64 // control requests the scheduler refused
+	// HandOvers counts the times a customer's handler held the receive
+	// goroutine longer than Config.InlineHandOver, so that the receive
+	// loop went on in a new goroutine.
+	HandOvers atomic.Int64
+}
+
+// New creates a node from cfg over tr. Nothing happens on the network until
+// Start.
+func New(cfg Config, tr van.Transport) (*Postoffice, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if tr == nil {
+		return nil, errors.New("postoffice: nil transport")
+	}
+	p := &Postoffice{
+		cfg:         cfg,
+		log:         cfg.logger().With("role", cfg.Role.String()),
+		tr:          tr,
+		ready:       make(chan struct{}),
+		stopped:     make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		hbDone:      make(chan struct{}),
+		connected:   map[string]int32{},
+		customers:   map[customerKey]Customer{},
+		parked:      map[customerKey][]parked{},
+		barrierWait: map[int32]chan struct{}{},
+		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
+		ranges:      routing.KeyRanges(cfg.NumServers),
+	}
+	p.reg = metrics.NewRegistry()
+	st := &p.stats
+	if err := metrics.NodeMetrics(p.reg, cfg.Role.String(), metrics.StatsFuncs{
+		MsgsSent: st.MsgsSent.Load, MsgsRecv: st.MsgsRecv.Load, BytesSent: st.BytesSent.Load,
+		BytesRecv: st.BytesRecv.Load, Malformed: st.Malformed.Load, Dropped: st.Dropped.Load,
+		Rejected: st.Rejected.Load, HandOvers: st.HandOvers.Load, Twice: van.ReleasedTwice}); err != nil {
+		return nil, fmt.Errorf("postoffice: metrics: %w", err)
+	}
+	em, err := metrics.NewElasticMetrics(p.reg)
+	if err != nil {
+		return nil, fmt.Errorf("postoffice: metrics: %w", err)
+	}
+	p.elastic = em
+	p.myNode = message.NewNode(cfg.Role)
+	p.myID.Store(message.Empty)
+	if cfg.Role == message.RoleScheduler {
+		p.driver = newSchedulerDriver(p)
+		p.myID.Store(message.SchedulerID)
+		p.myNode.ID = message.SchedulerID
+		p.myNode.Hostname = cfg.SchedulerHost
+		p.myNode.Port = int32(cfg.SchedulerPort)
+		p.myNode.CustomerID = 0
+	} else {
+		p.myNode.Hostname = cfg.NodeHost
+		p.myNode.Port = int32(cfg.Port)
+	}
+	return p, nil
+}
+
+func (p *Postoffice) schedulerNode() message.Node {
+	n := message.NewNode(message.RoleScheduler)
+	n.ID = message.SchedulerID
+	n.Hostname = p.cfg.SchedulerHost
+	n.Port = int32(p.cfg.SchedulerPort)
+	n.CustomerID = 0
+	return n
+}
+
+// serveMetrics serves the metrics at PS_METRICS_ADDR, if set, until the
+// node stops.
+func (p *Postoffice) serveMetrics() error {
+	if p.cfg.MetricsAddr == "" {
+		return nil
+	}
+	srv, err := metrics.Serve(p.cfg.MetricsAddr, p.reg, p.log)
+	if err != nil {
+		return fmt.Errorf("postoffice: PS_METRICS_ADDR=%s: %w", p.cfg.MetricsAddr, err)
+	}
+	p.log.Info("metrics endpoint (Prometheus)", "addr", "http://"+srv.Addr()+"/metrics")
+	p.RegisterExitCallback(func() { _ = srv.Close() })
+	return nil
+}
+
+// NodeIDs returns the ids of a group (1-7) or of a single node id; nil for
+// an unknown id.
+func (p *Postoffice) NodeIDs(group int) []int32 {
+	if ids, ok := p.groups[group]; ok {
+		return ids
+	}
+	// A node outside the job's fixed groups (a standby server) is known
+	// once connected.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range p.connected {
+		if int(id) == group {
+			return []int32{id}
+		}
+	}
+	return nil
+}
+
+// ServerKeyRanges is ps-lite's GetServerKeyRanges (never changes for a job).
+func (p *Postoffice) ServerKeyRanges() []routing.Range { return p.ranges }
+
+// MyNode returns this node (ID is message.Empty before registration).
+func (p *Postoffice) MyNode() message.Node {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.myNode
+}
+
+// MyRank is the rank of this node.
+func (p *Postoffice) MyRank() int { return message.IDToRank(int(p.MyNode().ID)) }
+
+// Role is this node's role.
+func (p *Postoffice) Role() message.Role { return p.cfg.Role }
+
+// NumWorkers and NumServers are the job's counts.
+func (p *Postoffice) NumWorkers() int { return p.cfg.NumWorkers }
+
+// NumServers is the number of servers.
+func (p *Postoffice) NumServers() int { return p.cfg.NumServers }
+
+// IsRecovery reports whether this node replaced a dead one.
+func (p *Postoffice) IsRecovery() bool { return p.MyNode().IsRecovery }
+
+// Verbose is PS_VERBOSE.
+func (p *Postoffice) Verbose() int { return p.cfg.Verbose }
+
+// Config returns the node's configuration.
+func (p *Postoffice) Config() Config { return p.cfg }
+
+// Logger is the node's logger.
+func (p *Postoffice) Logger() *slog.Logger { return p.log }
+
+// Stats returns the node's counters.
+func (p *Postoffice) Stats() *Stats { return &p.stats }
+
+// Release hands a received message back to the transport for reuse, when
+// it pools them (van/zmq and van/tcp recycle its buffers and the Message
+// itself): nothing of m may be read afterwards, and m is released at most
+// once.
+func (p *Postoffice) Release(m *message.Message) {
+	if r, ok := p.tr.(interface{ Release(*message.Message) }); ok {
+		r.Release(m)
+	}
+}
+
+// Detach makes m safe to keep without Release: a transport that delivers
+// large frames as views of its own (C) memory (van/zmq) copies them into Go
+// memory and frees the originals. Every received message that goes to a
+// consumer not known to Release it must pass through here.
+func (p *Postoffice) Detach(m *message.Message) {
+	if d, ok := p.tr.(interface{ Detach(*message.Message) }); ok {
+		d.Detach(m)
+	}
+}
+
+// ReleasingCustomer is a Customer that promises to Release (or Detach)
+// every message it Accepts, and to read none of its data afterwards; only
+// such customers get messages whose frames are views of transport memory.
+type ReleasingCustomer interface {
+	Customer
+	ReleasesMessages() bool
+}
+
+func (p *Postoffice) vlog(level int, msg string, args ...any) {
+	if p.cfg.Verbose >= level {
+		p.log.Info(msg, args...)
+	}
+}
+
+func addrOf(n message.Node) string { return n.Hostname + ":" + strconv.Itoa(int(n.Port)) }
+
+// GroupContains reports whether id is in group.
+func (p *Postoffice) GroupContains(group int, id int32) bool {
+	return slices.Contains(p.groups[group], id)
+}
+
+// Members returns the ids of group that are real nodes: on the scheduler,
+// without the aliases of multi-customer processes (which share another
+// id and receive nothing) and without servers that left the job. Elsewhere,
+// and on the scheduler before Start and after Stop, it is the whole group.
+func (p *Postoffice) Members(group int) []int32 {
+	var out []int32
+	if p.driver.query(func(s *scheduler.State) {
+		for _, id := range p.groups[group] {
+			if !s.IsAlias(id) && !s.Left(id) {
+				out = append(out, id)
+			}
+		}
+	}) {
+		return out
+	}
+	return append(out, p.groups[group]...)
+}
+
+// IsStandby reports whether this node joined the running job as a standby
+// server.
+func (p *Postoffice) IsStandby() bool { return p.cfg.Standby }
+
+// Metrics is the node's metrics registry (served at PS_METRICS_ADDR).
+func (p *Postoffice) Metrics() *metrics.Registry { return p.reg }
+
+// ElasticMetrics are the node's load, migration and routing metrics.
+func (p *Postoffice) ElasticMetrics() *metrics.ElasticMetrics { return p.elastic }

@@ -1,0 +1,85 @@
+package postoffice
+
+import (
+	"fmt"
+
+	"github.com/elasticps/elasticps/message"
+)
+
+// Registration of a server or worker: the scheduler side is the driver's
+// (schedrole.go).
+
+// connectScheduler opens the path to the scheduler, the first a server or
+// worker needs.
+func (p *Postoffice) connectScheduler() error {
+	if err := p.tr.Connect(p.schedulerNode(), message.Empty); err != nil {
+		return fmt.Errorf("postoffice: cannot connect to the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+	}
+	return nil
+}
+
+// register sends customer customerID's ADD_NODE to the scheduler.
+func (p *Postoffice) register(customerID int) error {
+	n := p.MyNode()
+	n.ID = message.Empty
+	n.CustomerID = int32(customerID)
+	n.Standby = p.cfg.Standby
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = message.SchedulerID
+	m.Meta.Control.Cmd = message.CmdAddNode
+	m.Meta.Control.Nodes = []message.Node{n}
+	if err := p.sendControl(m); err != nil {
+		return fmt.Errorf("postoffice: cannot register with the scheduler at %s:%d: %w", p.cfg.SchedulerHost, p.cfg.SchedulerPort, err)
+	}
+	return nil
+}
+
+// nodeAddNode handles the scheduler's node list on a server or worker.
+func (p *Postoffice) nodeAddNode(m *message.Message) {
+	if m.Meta.Sender != message.SchedulerID {
+		p.reject(fmt.Errorf("ADD_NODE node list from node %d; only the scheduler (id 1) sends node lists", m.Meta.Sender))
+		return
+	}
+	p.mu.Lock()
+	for _, n := range m.Meta.Control.Nodes {
+		if n.Hostname == p.myNode.Hostname && n.Port == p.myNode.Port {
+			if p.myNode.ID == message.Empty || n.IsRecovery {
+				p.myNode = n
+				p.myID.Store(n.ID)
+			}
+		}
+	}
+	me := p.myNode
+	var toConnect []message.Node
+	for _, n := range m.Meta.Control.Nodes {
+		a := addrOf(n)
+		if _, ok := p.connected[a]; !ok {
+			p.connected[a] = n.ID
+			toConnect = append(toConnect, n)
+		}
+	}
+	p.mu.Unlock()
+	if me.ID == message.Empty {
+		p.reject(fmt.Errorf("ADD_NODE node list does not contain this node (%s:%d)", me.Hostname, me.Port))
+		return
+	}
+	for _, n := range toConnect {
+		// Workers never talk to workers, nor servers to servers.
+		if n.Role == me.Role && n.ID != me.ID {
+			continue
+		}
+		if err := p.tr.Connect(n, me.ID); err != nil {
+			p.log.Error("cannot connect to peer", "peer", n.String(), "err", err)
+			continue
+		}
+		p.vlog(1, "connected", "peer", n.String())
+	}
+	if p.isReady() {
+		p.vlog(1, "peer list updated (recovery)", "nodes", fmt.Sprint(m.Meta.Control.Nodes))
+		return
+	}
+	p.heardScheduler()
+	p.shareHostCPUs(me, m.Meta.Control.Nodes)
+	p.vlog(1, "node is connected to others", "node", me.String())
+	p.markReady()
+}

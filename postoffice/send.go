@@ -1,0 +1,44 @@
+package postoffice
+
+import "github.com/elasticps/elasticps/message"
+
+// Send sends a data message: it fills in Sender, counts, logs at
+// PS_VERBOSE=2 and hands it to the resender when enabled.
+func (p *Postoffice) Send(m *message.Message) (int, error) {
+	select {
+	case <-p.stopped:
+		return 0, ErrStopped
+	default:
+	}
+	m.Meta.Sender = p.myID.Load()
+	n, err := p.tr.Send(m)
+	if err != nil {
+		return n, err
+	}
+	p.stats.MsgsSent.Add(1)
+	p.stats.BytesSent.Add(int64(n))
+	if p.resender != nil {
+		p.resender.addOutgoing(m)
+	}
+	if p.cfg.Verbose >= 2 {
+		p.log.Info("send", "msg", m.Meta.String())
+	}
+	return n, nil
+}
+
+// KeepsSent reports whether Send keeps the messages it sent after it
+// returns (PS_RESEND keeps them until acknowledged, to send them again).
+// Without it, a caller may reuse a Message once Send returned.
+func (p *Postoffice) KeepsSent() bool { return p.resender != nil }
+
+// sendControl stamps a control message with the van timestamp and sends it.
+func (p *Postoffice) sendControl(m *message.Message) error {
+	if m.Meta.Timestamp == message.Empty {
+		m.Meta.Timestamp = p.timestamp.Add(1) - 1
+	}
+	_, err := p.Send(m)
+	return err
+}
+
+// NextTimestamp returns the van-level counter (ps::Van::GetTimestamp).
+func (p *Postoffice) NextTimestamp() int32 { return p.timestamp.Add(1) - 1 }
