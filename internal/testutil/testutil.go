@@ -70,16 +70,33 @@ func WaitFor(t testing.TB, within time.Duration, cond func() bool, describe func
 // within the given time, with describe's message called at that moment.
 func Recv[T any](t testing.TB, ch <-chan T, within time.Duration, describe func() string) T {
 	t.Helper()
+	return recv(t, ch, within, "nothing received", describe)
+}
+
+func recv[T any](t testing.TB, ch <-chan T, within time.Duration, what string, describe func() string) T {
+	t.Helper()
 	timer := time.NewTimer(within)
 	defer timer.Stop()
 	select {
 	case v := <-ch:
 		return v
 	case <-timer.C:
-		t.Fatalf("nothing received within %v: %s", within, describe())
+		t.Fatalf("%s within %v: %s", what, within, describe())
 		var zero T
 		return zero
 	}
+}
+
+// Within runs f on a new goroutine and returns its result, or fails t
+// (FailNow) if f has not returned within the given time, with describe's
+// message called at that moment: a lost reply then shows up as a failure,
+// not as a test binary that hangs. On a timeout f's goroutine is left
+// blocked; what it waits on is usually closed by the test's cleanup.
+func Within[T any](t testing.TB, within time.Duration, f func() T, describe func() string) T {
+	t.Helper()
+	ch := make(chan T, 1)
+	go func() { ch <- f() }()
+	return recv(t, ch, within, "no return", describe)
 }
 
 // Failure is what CatchFailure saw a test helper report.

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -72,6 +73,23 @@ func TestRecv(t *testing.T) {
 		tb.Error("Recv returned")
 	})
 	assert.Equal(t, Failure{Failed: true, Stopped: true, Message: "nothing received within 20ms: Run did not return\n"}, f)
+}
+
+func TestWithin(t *testing.T) {
+	var got error
+	f := CatchFailure(t, func(tb testing.TB) {
+		got = Within(tb, time.Second, func() error { return errors.New("done") }, func() string { return "no return" })
+	})
+	assert.Equal(t, Failure{}, f)
+	assert.EqualError(t, got, "done")
+
+	block := make(chan struct{})
+	defer close(block) // lets the blocked goroutine end
+	f = CatchFailure(t, func(tb testing.TB) {
+		Within(tb, 20*time.Millisecond, func() int { <-block; return 1 }, func() string { return "Wait did not return" })
+		tb.Error("Within returned")
+	})
+	assert.Equal(t, Failure{Failed: true, Stopped: true, Message: "no return within 20ms: Wait did not return\n"}, f)
 }
 
 func TestCatchFailure(t *testing.T) {
