@@ -16,16 +16,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/elasticps/elasticps/internal/porttest"
-	"github.com/elasticps/elasticps/launcher"
 	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/porttest"
+	"github.com/elasticps/elasticps/internal/testutil"
+	"github.com/elasticps/elasticps/launcher"
 )
 
 // runJob runs a local job whose workers run this binary as node kind, with
 // the elasticps CLI as scheduler and servers.
 func runJob(t *testing.T, ns, nw int, kind string, mod func(*launcher.Job)) string {
 	t.Helper()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	job := &launcher.Job{
 		NumServers: ns, NumWorkers: nw,
 		Command:          []string{selfExe(t)},
@@ -41,23 +43,6 @@ func runJob(t *testing.T, ns, nw int, kind string, mod func(*launcher.Job)) stri
 	err := job.Run(context.Background())
 	require.NoError(t, err, "job output:\n%s", out.String())
 	return out.String()
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestConnectionProcesses(t *testing.T) {
@@ -173,18 +158,16 @@ func (p *proc) output() string {
 
 func (p *proc) waitFor(t *testing.T, text string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return strings.Contains(p.output(), text) }, 30*time.Second, 20*time.Millisecond,
-		"%s never printed %q; output:\n%s", p.name, text, p.output())
+	testutil.WaitFor(t, 30*time.Second, func() bool { return strings.Contains(p.output(), text) },
+		func() string { return fmt.Sprintf("%s never printed %q; output:\n%s", p.name, text, p.output()) })
 }
 
 func (p *proc) wait(t *testing.T) {
 	t.Helper()
-	select {
-	case err := <-p.done:
-		require.NoError(t, err, "%s failed:\n%s", p.name, p.output())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not exit; output:\n%s", p.name, p.output())
-	}
+	err := testutil.Recv(t, p.done, 60*time.Second, func() string {
+		return fmt.Sprintf("%s did not exit; output:\n%s", p.name, p.output())
+	})
+	require.NoError(t, err, "%s failed:\n%s", p.name, p.output())
 }
 
 // A server process is killed mid-job and restarted: the new process takes
@@ -215,7 +198,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	c.Close()
 
 	require.NoError(t, srv1.cmd.Process.Kill())
-	<-srv1.done
+	testutil.Recv(t, srv1.done, 10*time.Second, func() string { return "server1 did not exit after SIGKILL" })
 	repl := start(t, "server1-restarted", env("DMLC_ROLE=server"), elasticpsBin, "server")
 	repl.waitFor(t, "id=10")
 	repl.waitFor(t, "recovery")

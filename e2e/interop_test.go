@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/elasticps/elasticps/launcher"
 )
 
@@ -47,9 +49,7 @@ func TestInteropWithCppPsLite(t *testing.T) {
 			out := runJob(t, tc.ns, tc.nw, kind, func(j *launcher.Job) {
 				j.SchedulerCommand, j.ServerCommand, j.WorkerCommand = tc.sched, tc.server, tc.worker
 			})
-			if tc.wantWorkerOutput != "" && !strings.Contains(out, tc.wantWorkerOutput) {
-				t.Fatalf("workers did not print %q:\n%s", tc.wantWorkerOutput, out)
-			}
+			require.Contains(t, out, tc.wantWorkerOutput, "workers did not print %q", tc.wantWorkerOutput)
 			fmt.Fprintf(os.Stderr, "PASS %s\n", tc.name)
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // elasticpsBin is the CLI built once for the whole package.
@@ -43,8 +45,6 @@ func TestMain(m *testing.M) {
 func selfExe(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return exe
 }

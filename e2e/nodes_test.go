@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
@@ -164,13 +165,8 @@ func recoveryWorker(po *postoffice.Postoffice) error {
 	}
 	fmt.Println("phase 1 done")
 	signal := os.Getenv("E2E_SIGNAL_FILE")
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Stat(signal); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("no recovery signal within 60s")
-		}
+	if !testutil.Until(60*time.Second, func() bool { _, err := os.Stat(signal); return err == nil }) {
+		return errors.New("no recovery signal within 60s")
 	}
 	if err := do(kv.Push(w, keys, ones, nil, kv.Options{})); err != nil {
 		return err

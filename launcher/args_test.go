@@ -1,12 +1,12 @@
 package launcher
 
 import (
-	"errors"
 	"flag"
-	"reflect"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -65,12 +65,8 @@ func TestParseArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseArgs(tt.args)
-			if err != nil {
-				t.Fatalf("ParseArgs(%q): %v", tt.args, err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("ParseArgs(%q)\n got %+v\nwant %+v", tt.args, got, tt.want)
-			}
+			require.NoError(t, err, "ParseArgs(%q)", tt.args)
+			assert.Equal(t, tt.want, got, "ParseArgs(%q)", tt.args)
 		})
 	}
 }
@@ -104,27 +100,22 @@ func TestParseArgsErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			j, err := ParseArgs(tt.args)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("ParseArgs(%q) = %+v, %v; want an error containing %q", tt.args, j, err, tt.want)
-			}
+			assert.ErrorContains(t, err, tt.want, "ParseArgs(%q) = %+v", tt.args, j)
 		})
 	}
 }
 
 func TestParseArgsHelp(t *testing.T) {
 	for _, arg := range []string{"-h", "--help", "-help"} {
-		if _, err := ParseArgs([]string{arg}); !errors.Is(err, flag.ErrHelp) {
-			t.Errorf("ParseArgs(%q) error = %v, want flag.ErrHelp", arg, err)
-		}
+		_, err := ParseArgs([]string{arg})
+		assert.ErrorIs(t, err, flag.ErrHelp, "ParseArgs(%q)", arg)
 	}
 }
 
 // TestUsageMentionsEveryFlag keeps the Usage text in step with the flags.
 func TestUsageMentionsEveryFlag(t *testing.T) {
 	for _, f := range []string{"-s N", "-w N", "--scheduler-cmd", "--server-cmd", "--worker-cmd", "--env", "--port", "--worker-procs", "--timeout", "--kill-grace", "--no-prefix"} {
-		if !strings.Contains(Usage, f) {
-			t.Errorf("Usage does not mention %q", f)
-		}
+		assert.Contains(t, Usage, f, "Usage does not mention %q", f)
 	}
 }
 
@@ -150,18 +141,13 @@ func TestSplitWords(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := SplitWords(tt.in)
-		if err != nil {
-			t.Errorf("SplitWords(%q): %v", tt.in, err)
-			continue
-		}
-		if !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("SplitWords(%q) = %q, want %q", tt.in, got, tt.want)
+		if assert.NoError(t, err, "SplitWords(%q)", tt.in) {
+			assert.Equal(t, tt.want, got, "SplitWords(%q)", tt.in)
 		}
 	}
 	for _, bad := range []string{`'open`, `"open`, `x "a\"`, `trailing\`} {
-		if got, err := SplitWords(bad); err == nil {
-			t.Errorf("SplitWords(%q) = %q, want an error", bad, got)
-		}
+		got, err := SplitWords(bad)
+		assert.Error(t, err, "SplitWords(%q) = %q", bad, got)
 	}
 }
 
@@ -193,11 +179,10 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.job.Validate()
-			switch {
-			case tt.want == "" && err != nil:
-				t.Errorf("Validate() = %v, want nil", err)
-			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-				t.Errorf("Validate() = %v, want an error containing %q", err, tt.want)
+			if tt.want == "" {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorContains(t, err, tt.want)
 			}
 		})
 	}

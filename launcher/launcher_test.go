@@ -12,10 +12,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/testutil"
 )
 
 // safetyTimeout bounds every job in these tests: a launcher bug that fails
@@ -30,35 +34,14 @@ func requireSh(t *testing.T) {
 	}
 }
 
-// syncBuffer lets a test read output while Run is still writing it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// waitFor polls until cond holds for the output, failing the test after a
-// generous deadline.
-func waitFor(t *testing.T, b *syncBuffer, what string, cond func(string) bool) {
+// waitLines polls until the output holds n lines that contain word,
+// failing the test after a generous deadline.
+func waitLines(t *testing.T, b *testutil.SyncBuffer, n int, word string) {
 	t.Helper()
-	deadline := time.Now().Add(safetyTimeout)
-	for !cond(b.String()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; output so far:\n%s", what, b.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, safetyTimeout, func() bool { return strings.Count(b.String(), word) == n },
+		func() string {
+			return "waiting for " + strconv.Itoa(n) + " " + word + " lines; output so far:\n" + b.String()
+		})
 }
 
 func sortedLines(s string) []string {
@@ -82,13 +65,7 @@ func runAsync(ctx context.Context, j *Job) <-chan error {
 
 func waitRun(t *testing.T, ch <-chan error) error {
 	t.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(2 * safetyTimeout):
-		t.Fatal("Run did not return")
-		return nil
-	}
+	return testutil.Recv(t, ch, 2*safetyTimeout, func() string { return "Run did not return" })
 }
 
 // processGone reports whether pid no longer runs. A killed orphan is
@@ -114,13 +91,9 @@ func processGone(pid int) bool {
 
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL) // do not leak it past the test
-			t.Fatalf("process %d still runs after Run returned", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testutil.Until(10*time.Second, func() bool { return processGone(pid) }) {
+		syscall.Kill(pid, syscall.SIGKILL) // do not leak it past the test
+		require.Failf(t, "process left behind", "process %d still runs after Run returned", pid)
 	}
 }
 
@@ -128,13 +101,11 @@ func waitGone(t *testing.T, pid int) {
 func grabPid(t *testing.T, out, tag string) int {
 	t.Helper()
 	_, after, ok := strings.Cut(out, tag)
-	if !ok {
-		t.Fatalf("no %q in output:\n%s", tag, out)
-	}
-	pid, err := strconv.Atoi(strings.Fields(after)[0])
-	if err != nil {
-		t.Fatalf("bad pid after %q in output:\n%s", tag, out)
-	}
+	require.True(t, ok, "no %q in output:\n%s", tag, out)
+	fields := strings.Fields(after)
+	require.NotEmpty(t, fields, "no pid after %q in output:\n%s", tag, out)
+	pid, err := strconv.Atoi(fields[0])
+	require.NoError(t, err, "bad pid after %q in output:\n%s", tag, out)
 	return pid
 }
 
@@ -147,7 +118,7 @@ func TestRunAllSucceedEnvAndPrefixes(t *testing.T) {
 	t.Setenv("DMLC_RANK", "")
 	os.Unsetenv("DMLC_RANK")
 
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	j := &Job{
 		NumServers: 2,
 		NumWorkers: 2,
@@ -167,9 +138,7 @@ func TestRunAllSucceedEnvAndPrefixes(t *testing.T) {
 		Stderr:  &stderr,
 		Timeout: safetyTimeout,
 	}
-	if err := j.Run(context.Background()); err != nil {
-		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
-	}
+	require.NoError(t, j.Run(context.Background()), "stdout:\n%s\nstderr:\n%s", &stdout, &stderr)
 
 	const common = " s=2 w=2 uri=127.0.0.1 port=45678 "
 	const tail = " rank=unset parent=inherited "
@@ -181,9 +150,7 @@ func TestRunAllSucceedEnvAndPrefixes(t *testing.T) {
 		"[worker 1] role=worker" + common + "idx=1" + tail + "foo=w1 extra=yes",
 	}
 	slices.Sort(want)
-	if got := sortedLines(stdout.String()); !slices.Equal(got, want) {
-		t.Errorf("stdout lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	assert.Equal(t, want, sortedLines(stdout.String()), "stdout lines")
 	wantErr := []string{
 		"[scheduler] to stderr",
 		"[server 0] to stderr",
@@ -191,35 +158,30 @@ func TestRunAllSucceedEnvAndPrefixes(t *testing.T) {
 		"[worker 0] to stderr",
 		"[worker 1] to stderr",
 	}
-	if got := sortedLines(stderr.String()); !slices.Equal(got, wantErr) {
-		t.Errorf("stderr lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(wantErr, "\n"))
-	}
+	assert.Equal(t, wantErr, sortedLines(stderr.String()), "stderr lines")
 }
 
 func TestRunPicksOneFreePortForAll(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumServers: 1, NumWorkers: 1,
 		Command: sh(`echo "$DMLC_PS_ROOT_PORT"`),
 		Stdout:  &out, Stderr: &out, NoPrefix: true,
 		Timeout: safetyTimeout,
 	}
-	if err := j.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, j.Run(context.Background()))
 	lines := sortedLines(out.String())
-	if len(lines) != 3 || lines[0] != lines[2] {
-		t.Fatalf("want the same port printed 3 times, got %q", lines)
-	}
-	if p, err := strconv.Atoi(lines[0]); err != nil || p <= 0 || p > 65535 {
-		t.Fatalf("port %q is not a valid TCP port", lines[0])
-	}
+	require.Len(t, lines, 3, "want the port printed by each process")
+	require.Equal(t, lines[0], lines[2], "want the same port printed 3 times, got %q", lines)
+	p, err := strconv.Atoi(lines[0])
+	require.NoError(t, err, "port %q", lines[0])
+	assert.True(t, p > 0 && p <= 65535, "port %d is not a valid TCP port", p)
 }
 
 func TestRunOverridesAndWorkerProcesses(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumServers: 1, NumWorkers: 2, WorkerProcesses: 1,
 		Command:          sh(`echo "default role=$DMLC_ROLE w=$DMLC_NUM_WORKER"`),
@@ -228,30 +190,22 @@ func TestRunOverridesAndWorkerProcesses(t *testing.T) {
 		Stdout:           &out, Stderr: &out,
 		Timeout: safetyTimeout,
 	}
-	if err := j.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, j.Run(context.Background()))
 	want := []string{"[scheduler] sched", "[server 0] server cmd", "[worker 0] default role=worker w=2"}
-	if got := sortedLines(out.String()); !slices.Equal(got, want) {
-		t.Errorf("got %q, want %q", got, want)
-	}
+	assert.Equal(t, want, sortedLines(out.String()))
 }
 
 func TestRunNoPrefix(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{NumWorkers: 1, Command: []string{"echo", "plain"}, Stdout: &out, Stderr: &out, NoPrefix: true, Timeout: safetyTimeout}
-	if err := j.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := out.String(); got != "plain\nplain\n" {
-		t.Errorf("output %q, want two unprefixed lines", got)
-	}
+	require.NoError(t, j.Run(context.Background()))
+	assert.Equal(t, "plain\nplain\n", out.String(), "want two unprefixed lines")
 }
 
 func TestRunWorkerFailureKillsJob(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumServers: 1, NumWorkers: 2,
 		// Worker 1 fails; everyone else would sleep for a minute unless
@@ -262,20 +216,13 @@ func TestRunWorkerFailureKillsJob(t *testing.T) {
 	}
 	err := waitRun(t, runAsync(context.Background(), j))
 	var pe *ProcessError
-	if !errors.As(err, &pe) {
-		t.Fatalf("Run returned %v (%T), want a *ProcessError", err, err)
-	}
-	if pe.Role != RoleWorker || pe.Index != 1 || pe.ExitCode() != 3 || pe.Pid <= 0 {
-		t.Errorf("ProcessError = %+v (exit %d), want worker 1 exit 3", pe, pe.ExitCode())
-	}
-	msg := err.Error()
-	wantMsg := "worker 1 (pid " + strconv.Itoa(pe.Pid) + ") exited with status 3"
-	if msg != wantMsg {
-		t.Errorf("error %q, want %q", msg, wantMsg)
-	}
-	if !strings.Contains(out.String(), "[worker 1] failing\n") {
-		t.Errorf("output lacks the failing worker's line:\n%s", out.String())
-	}
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, RoleWorker, pe.Role)
+	assert.Equal(t, 1, pe.Index)
+	assert.Equal(t, 3, pe.ExitCode())
+	assert.Positive(t, pe.Pid)
+	assert.EqualError(t, err, "worker 1 (pid "+strconv.Itoa(pe.Pid)+") exited with status 3")
+	assert.Contains(t, out.String(), "[worker 1] failing\n", "the failing worker's line")
 }
 
 func TestRunReportsSignalDeath(t *testing.T) {
@@ -283,22 +230,21 @@ func TestRunReportsSignalDeath(t *testing.T) {
 	j := &Job{
 		NumWorkers: 1,
 		Command:    sh(`if [ "$DMLC_ROLE" = worker ]; then kill -KILL $$; fi; exec sleep 60`),
-		Stdout:     &syncBuffer{}, Stderr: &syncBuffer{},
+		Stdout:     &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{},
 		Timeout: safetyTimeout,
 	}
 	err := waitRun(t, runAsync(context.Background(), j))
 	var pe *ProcessError
-	if !errors.As(err, &pe) || pe.Role != RoleWorker || pe.ExitCode() != -1 {
-		t.Fatalf("Run returned %v, want worker 0 killed by a signal", err)
-	}
-	if !strings.Contains(err.Error(), "worker 0 (pid ") || !strings.Contains(err.Error(), "killed by signal 9") {
-		t.Errorf("error %q does not say worker 0 was killed by signal 9", err)
-	}
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, RoleWorker, pe.Role, "want worker 0 killed by a signal: %v", err)
+	require.Equal(t, -1, pe.ExitCode(), "want worker 0 killed by a signal: %v", err)
+	assert.ErrorContains(t, err, "worker 0 (pid ")
+	assert.ErrorContains(t, err, "killed by signal 9")
 }
 
 func TestRunContextCancelKillsAll(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumServers: 1, NumWorkers: 2,
 		Command: sh(`echo "ready $$"; exec sleep 60`),
@@ -308,12 +254,9 @@ func TestRunContextCancelKillsAll(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := runAsync(ctx, j)
-	waitFor(t, &out, "4 ready lines", func(s string) bool { return strings.Count(s, "ready") == 4 })
+	waitLines(t, &out, 4, "ready")
 	cancel()
-	err := waitRun(t, ch)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v, want context.Canceled", err)
-	}
+	require.ErrorIs(t, waitRun(t, ch), context.Canceled)
 	for _, role := range []string{"[scheduler] ", "[server 0] ", "[worker 0] ", "[worker 1] "} {
 		waitGone(t, grabPid(t, out.String(), role+"ready "))
 	}
@@ -321,7 +264,7 @@ func TestRunContextCancelKillsAll(t *testing.T) {
 
 func TestRunKillsGrandchildren(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumWorkers: 1,
 		// The shell is the group leader; the sleep is its child. Killing
@@ -333,18 +276,16 @@ func TestRunKillsGrandchildren(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := runAsync(ctx, j)
-	waitFor(t, &out, "2 grandchild lines", func(s string) bool { return strings.Count(s, "grandchild") == 2 })
+	waitLines(t, &out, 2, "grandchild")
 	cancel()
-	if err := waitRun(t, ch); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v, want context.Canceled", err)
-	}
+	require.ErrorIs(t, waitRun(t, ch), context.Canceled)
 	waitGone(t, grabPid(t, out.String(), "[scheduler] grandchild "))
 	waitGone(t, grabPid(t, out.String(), "[worker 0] grandchild "))
 }
 
 func TestRunKillsStraysOfSuccessfulJob(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumWorkers: 1,
 		// Exits 0 at once but leaves a sleep holding its stdout pipe open.
@@ -353,16 +294,14 @@ func TestRunKillsStraysOfSuccessfulJob(t *testing.T) {
 		Stdout:  &out, Stderr: &out,
 		Timeout: safetyTimeout,
 	}
-	if err := waitRun(t, runAsync(context.Background(), j)); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	require.NoError(t, waitRun(t, runAsync(context.Background(), j)))
 	waitGone(t, grabPid(t, out.String(), "[scheduler] stray "))
 	waitGone(t, grabPid(t, out.String(), "[worker 0] stray "))
 }
 
 func TestRunEscalatesToSIGKILL(t *testing.T) {
 	requireSh(t)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumWorkers: 1,
 		// Ignores SIGTERM (and its sleeps inherit that), so only SIGKILL
@@ -375,11 +314,9 @@ func TestRunEscalatesToSIGKILL(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ch := runAsync(ctx, j)
-	waitFor(t, &out, "2 ready lines", func(s string) bool { return strings.Count(s, "ready") == 2 })
+	waitLines(t, &out, 2, "ready")
 	cancel()
-	if err := waitRun(t, ch); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v, want context.Canceled", err)
-	}
+	require.ErrorIs(t, waitRun(t, ch), context.Canceled)
 	waitGone(t, grabPid(t, out.String(), "[worker 0] ready "))
 }
 
@@ -388,46 +325,34 @@ func TestRunTimeout(t *testing.T) {
 	j := &Job{
 		NumWorkers: 1,
 		Command:    []string{"sleep", "60"},
-		Stdout:     &syncBuffer{}, Stderr: &syncBuffer{},
+		Stdout:     &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{},
 		Timeout: 300 * time.Millisecond,
 	}
 	err := waitRun(t, runAsync(context.Background(), j))
-	if !errors.Is(err, ErrTimeout) {
-		t.Fatalf("Run returned %v, want ErrTimeout", err)
-	}
-	if !strings.Contains(err.Error(), "timed out after 300ms") {
-		t.Errorf("error %q does not say how long the timeout was", err)
-	}
+	require.ErrorIs(t, err, ErrTimeout)
+	assert.ErrorContains(t, err, "timed out after 300ms", "the error says how long the timeout was")
 }
 
 func TestRunPartialLastLine(t *testing.T) {
 	requireSh(t)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.SyncBuffer
 	j := &Job{
 		NumWorkers: 1,
 		Command:    sh(`printf 'first\nno newline'; printf 'err partial' >&2`),
 		Stdout:     &stdout, Stderr: &stderr,
 		Timeout: safetyTimeout,
 	}
-	if err := j.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, j.Run(context.Background()))
 	wantOut := []string{"[scheduler] first", "[scheduler] no newline", "[worker 0] first", "[worker 0] no newline"}
-	if got := sortedLines(stdout.String()); !slices.Equal(got, wantOut) {
-		t.Errorf("stdout %q, want %q", got, wantOut)
-	}
-	if !strings.HasSuffix(stdout.String(), "\n") {
-		t.Errorf("stdout %q does not end with a newline", stdout.String())
-	}
-	if got, want := sortedLines(stderr.String()), []string{"[scheduler] err partial", "[worker 0] err partial"}; !slices.Equal(got, want) {
-		t.Errorf("stderr %q, want %q", got, want)
-	}
+	assert.Equal(t, wantOut, sortedLines(stdout.String()), "stdout")
+	assert.True(t, strings.HasSuffix(stdout.String(), "\n"), "stdout %q does not end with a newline", &stdout)
+	assert.Equal(t, []string{"[scheduler] err partial", "[worker 0] err partial"}, sortedLines(stderr.String()), "stderr")
 }
 
 func TestRunLinesDoNotInterleave(t *testing.T) {
 	requireSh(t)
 	const n = 300
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	// Long lines written by several processes at once to one writer, both
 	// streams, so any mid-line mixing would corrupt the format checked
 	// below.
@@ -440,9 +365,7 @@ func TestRunLinesDoNotInterleave(t *testing.T) {
 		Stdout: &out, Stderr: &out,
 		Timeout: safetyTimeout,
 	}
-	if err := j.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, j.Run(context.Background()))
 	prefixes := map[string]string{
 		"[scheduler] ": "scheduler0", "[server 0] ": "server0",
 		"[worker 0] ": "worker0", "[worker 1] ": "worker1", "[worker 2] ": "worker2",
@@ -452,15 +375,11 @@ func TestRunLinesDoNotInterleave(t *testing.T) {
 		prefix, body, ok := strings.Cut(line, "] ")
 		tag := prefixes[prefix+"] "]
 		fields := strings.Fields(body)
-		if !ok || tag == "" || len(fields) != 3 || fields[0] != tag || fields[1] != pad {
-			t.Fatalf("mangled line %q", line)
-		}
+		require.True(t, ok && tag != "" && len(fields) == 3 && fields[0] == tag && fields[1] == pad, "mangled line %q", line)
 		counts[tag]++
 	}
 	for _, tag := range prefixes {
-		if counts[tag] != 2*n {
-			t.Errorf("%s: %d lines, want %d", tag, counts[tag], 2*n)
-		}
+		assert.Equal(t, 2*n, counts[tag], "%s: lines", tag)
 	}
 }
 
@@ -471,19 +390,14 @@ func TestCopyLinesSplitsOverlongLines(t *testing.T) {
 	lines := strings.Split(out.String(), "\n")
 	// 3 pieces of the long line, "short" and the empty string after the
 	// final newline.
-	if len(lines) != 5 || lines[4] != "" || lines[3] != "[p] short" {
-		t.Fatalf("got %d lines, tail %q", len(lines), lines[len(lines)-2:])
-	}
+	require.Len(t, lines, 5)
+	require.Equal(t, []string{"[p] short", ""}, lines[3:])
 	total := 0
 	for _, l := range lines[:3] {
-		if !strings.HasPrefix(l, "[p] ") {
-			t.Fatalf("piece without prefix: %.20q", l)
-		}
+		require.True(t, strings.HasPrefix(l, "[p] "), "piece without prefix: %.20q", l)
 		total += len(l) - len("[p] ")
 	}
-	if total != 2*maxLine+10 {
-		t.Errorf("pieces hold %d bytes, want %d", total, 2*maxLine+10)
-	}
+	assert.Equal(t, 2*maxLine+10, total, "bytes in the pieces")
 }
 
 func TestRunStartFailureStopsStartedProcesses(t *testing.T) {
@@ -492,30 +406,25 @@ func TestRunStartFailureStopsStartedProcesses(t *testing.T) {
 		NumServers: 1, NumWorkers: 1,
 		Command:       []string{"sleep", "60"},
 		WorkerCommand: []string{"/nonexistent/elasticps-test-prog"},
-		Stdout:        &syncBuffer{}, Stderr: &syncBuffer{},
+		Stdout:        &testutil.SyncBuffer{}, Stderr: &testutil.SyncBuffer{},
 		Timeout: safetyTimeout,
 	}
 	err := waitRun(t, runAsync(context.Background(), j))
-	if err == nil || !strings.Contains(err.Error(), "cannot start worker 0") || errors.Is(err, ErrTimeout) {
-		t.Fatalf("Run returned %v, want a start error for worker 0", err)
-	}
+	require.ErrorContains(t, err, "cannot start worker 0")
+	assert.NotErrorIs(t, err, ErrTimeout)
 }
 
 func TestRunCancelledBeforeStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{NumWorkers: 1, Command: []string{"echo", "should not run"}, Stdout: &out, Stderr: &out}
-	if err := j.Run(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Run returned %v, want context.Canceled", err)
-	}
-	if out.String() != "" {
-		t.Errorf("a process ran: %q", out.String())
-	}
+	require.ErrorIs(t, j.Run(ctx), context.Canceled)
+	assert.Empty(t, out.String(), "a process ran")
 }
 
 func TestRunBadExtraEnvStartsNothing(t *testing.T) {
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	j := &Job{
 		NumWorkers: 1, Command: []string{"echo", "should not run"}, Stdout: &out, Stderr: &out,
 		ExtraEnv: func(role string, _ int) []string {
@@ -525,11 +434,6 @@ func TestRunBadExtraEnvStartsNothing(t *testing.T) {
 			return nil
 		},
 	}
-	err := j.Run(context.Background())
-	if err == nil || !strings.Contains(err.Error(), `ExtraEnv("worker", 0) entry "NOEQUALS"`) {
-		t.Fatalf("Run returned %v, want an ExtraEnv error", err)
-	}
-	if out.String() != "" {
-		t.Errorf("a process ran: %q", out.String())
-	}
+	require.ErrorContains(t, j.Run(context.Background()), `ExtraEnv("worker", 0) entry "NOEQUALS"`)
+	assert.Empty(t, out.String(), "a process ran")
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/testutil"
 )
 
 // Bounds for require.Eventually. They are generous because -race on a
@@ -25,25 +27,6 @@ const (
 	failWithin = 20 * time.Second
 	poll       = 20 * time.Millisecond
 )
-
-// syncBuffer collects log output from memberlist's goroutines, which may
-// outlive a test; writing to t.Log from them would panic.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // recorder keeps the events one member saw.
 type recorder struct {
@@ -92,7 +75,8 @@ type node struct {
 // timings and logs captured for a failing test.
 func testConfig(t *testing.T, name string, seeds ...string) Config {
 	t.Helper()
-	logs := &syncBuffer{}
+	// memberlist's goroutines may outlive the test, where t.Log would panic.
+	logs := &testutil.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs of %s:\n%s", name, logs.String())
@@ -156,9 +140,8 @@ func cluster(t *testing.T, tune func(Config) Config) (sched, s1, s2 node) {
 	s2 = start(t, cfg)
 	all := []string{"scheduler", "server-10", "server-8"}
 	for _, n := range []node{sched, s1, s2} {
-		require.Eventually(t, func() bool {
-			return assert.ObjectsAreEqual(all, names(n.m.Members()))
-		}, convergeWithin, poll, "%s sees %v", n.m.Name(), names(n.m.Members()))
+		testutil.WaitFor(t, convergeWithin, func() bool { return assert.ObjectsAreEqual(all, names(n.m.Members())) },
+			func() string { return fmt.Sprintf("%s sees %v", n.m.Name(), names(n.m.Members())) })
 	}
 	return sched, s1, s2
 }
@@ -364,9 +347,7 @@ func TestEventsMayCallMembers(t *testing.T) {
 	var calls atomic.Int32
 	cfg := testConfig(t, "watcher")
 	cfg.Events = func(e Event) {
-		if afterShutdown.Load() {
-			t.Errorf("event %v after Shutdown returned", e)
-		}
+		assert.False(t, afterShutdown.Load(), "event %v after Shutdown returned", e)
 		calls.Add(1)
 		if m := self.Load(); m != nil && e.Kind == Join && e.Name == "other" {
 			_ = m.Members()
@@ -415,7 +396,7 @@ func TestParseLogLine(t *testing.T) {
 // member and component.
 func TestMemberlistLogsReachSlog(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cfg := testConfig(t, "logged")
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	start(t, cfg)
@@ -427,7 +408,7 @@ func TestMemberlistLogsReachSlog(t *testing.T) {
 	assert.NotContains(t, logs.String(), "[DEBUG]")
 
 	// At INFO, debug lines are dropped.
-	quiet := &syncBuffer{}
+	quiet := &testutil.SyncBuffer{}
 	cfg = testConfig(t, "quiet")
 	cfg.Logger = slog.New(slog.NewTextHandler(quiet, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	start(t, cfg)

@@ -3,10 +3,11 @@ package message_test
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
 	"math"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/message"
 )
@@ -62,9 +63,7 @@ func addNodeMeta() message.Meta {
 func decode(t *testing.T, b []byte) message.Meta {
 	t.Helper()
 	var m message.Meta
-	if err := message.DecodeMeta(b, &m); err != nil {
-		t.Fatalf("DecodeMeta(%x): %v", b, err)
-	}
+	require.NoError(t, message.DecodeMeta(b, &m), "DecodeMeta(%x)", b)
 	return m
 }
 
@@ -151,14 +150,10 @@ func TestDecodeMetaValid(t *testing.T) {
 			want := message.NewMeta()
 			tt.want(&want)
 			got := decode(t, tt.in)
-			if !metaEqual(&got, &want) {
-				t.Fatalf("decoded\n got %s\nwant %s", dump(&got), dump(&want))
-			}
+			require.True(t, metaEqual(&got, &want), "decoded\n got %s\nwant %s", dump(&got), dump(&want))
 			// Whatever decodes must survive a round trip unchanged.
 			again := decode(t, message.EncodeMeta(&got))
-			if !metaEqual(&again, &got) {
-				t.Fatalf("round trip\n got %s\nwant %s", dump(&again), dump(&got))
-			}
+			assert.True(t, metaEqual(&again, &got), "round trip\n got %s\nwant %s", dump(&again), dump(&got))
 		})
 	}
 }
@@ -173,9 +168,7 @@ func TestEncodeMetaNegativeInt32IsTenBytes(t *testing.T) {
 		raw(0x50, 0xff, 0xff, 0xff, 0xff, 0x07).
 		raw(0x60, 0).
 		raw(0x68, 0x80, 0x80, 0x80, 0x80, 0xf8, 0xff, 0xff, 0xff, 0xff, 0x01)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("got  %x\nwant %x", got, []byte(want))
-	}
+	assert.Equal(t, []byte(want), got)
 }
 
 // TestEncodeMetaEmptyValues checks which fields are omitted, against frames
@@ -197,10 +190,7 @@ func TestEncodeMetaEmptyValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := message.EncodeMeta(&tt.m)
-			if h := hex.EncodeToString(got); h != tt.hex {
-				t.Fatalf("got  %s\nwant %s", h, tt.hex)
-			}
+			assert.Equal(t, tt.hex, hex.EncodeToString(message.EncodeMeta(&tt.m)))
 		})
 	}
 }
@@ -214,9 +204,7 @@ func TestEncodeMetaExtensions(t *testing.T) {
 
 	zero := base
 	zero.Ext = message.Ext{}
-	if got := message.EncodeMeta(&zero); !bytes.Equal(got, plain) {
-		t.Fatalf("zero Ext changed the encoding: %x vs %x", got, plain)
-	}
+	require.Equal(t, plain, message.EncodeMeta(&zero), "zero Ext changed the encoding")
 
 	exts := []message.Ext{
 		{Epoch: 1},
@@ -231,16 +219,10 @@ func TestEncodeMetaExtensions(t *testing.T) {
 		m := base
 		m.Ext = e
 		enc := message.EncodeMeta(&m)
-		if !bytes.HasPrefix(enc, plain) {
-			t.Errorf("%+v: encoding %x does not start with the plain meta %x", e, enc, plain)
-		}
+		assert.True(t, bytes.HasPrefix(enc, plain), "%+v: encoding %x does not start with the plain meta %x", e, enc, plain)
 		got := decode(t, enc)
-		if got.Ext != e {
-			t.Errorf("%+v: decoded Ext %+v", e, got.Ext)
-		}
-		if len(enc) != m.EncodedLen() {
-			t.Errorf("%+v: EncodedLen %d, encoded %d bytes", e, m.EncodedLen(), len(enc))
-		}
+		assert.Equal(t, e, got.Ext, "%+v: decoded Ext", e)
+		assert.Len(t, enc, m.EncodedLen(), "%+v: EncodedLen", e)
 	}
 }
 
@@ -314,43 +296,30 @@ func TestDecodeMetaErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var m message.Meta
 			err := message.DecodeMeta(tt.in, &m)
-			if err == nil {
-				t.Fatalf("DecodeMeta(%.64x) succeeded: %s", []byte(tt.in), dump(&m))
-			}
+			require.Error(t, err, "DecodeMeta(%.64x) succeeded: %s", []byte(tt.in), dump(&m))
 			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
+				assert.ErrorContains(t, err, w)
 			}
 			var de *message.DecodeError
-			if !errors.As(err, &de) {
-				t.Fatalf("error %T is not a *DecodeError", err)
-			}
-			if !strings.Contains(err.Error(), "offset") || de.Offset != tt.offset {
-				t.Errorf("error %q: Offset = %d, want %d", err, de.Offset, tt.offset)
-			}
+			require.ErrorAs(t, err, &de)
+			assert.ErrorContains(t, err, "offset")
+			assert.Equal(t, tt.offset, de.Offset, "error %q: Offset", err)
 		})
 	}
 
 	// The limits are inclusive.
 	m := decode(t, nodes(message.MaxNodes))
-	if len(m.Control.Nodes) != message.MaxNodes {
-		t.Errorf("decoded %d nodes, want %d", len(m.Control.Nodes), message.MaxNodes)
-	}
+	assert.Len(t, m.Control.Nodes, message.MaxNodes)
 	m = decode(t, pb{}.lp(9, make([]byte, message.MaxDataTypes)))
-	if len(m.DataType) != message.MaxDataTypes {
-		t.Errorf("decoded %d data types, want %d", len(m.DataType), message.MaxDataTypes)
-	}
+	assert.Len(t, m.DataType, message.MaxDataTypes)
 }
 
 // TestDecodeMetaNoPanicOnDamage truncates and corrupts every golden frame and
 // the local samples: decoding must fail cleanly or succeed, never panic.
 func TestDecodeMetaNoPanicOnDamage(t *testing.T) {
 	var frames [][]byte
-	if rows, ok := loadDmlcGolden(t); ok {
-		for _, r := range rows {
-			frames = append(frames, r.meta)
-		}
+	for _, r := range loadDmlcGolden(t) {
+		frames = append(frames, r.meta)
 	}
 	kv, an := kvPushMeta(), addNodeMeta()
 	frames = append(frames, message.EncodeMeta(&kv), message.EncodeMeta(&an))
@@ -381,9 +350,7 @@ func TestDecodeMetaCopiesInput(t *testing.T) {
 	for i := range frame {
 		frame[i] = 0xaa
 	}
-	if !metaEqual(&got, &m) {
-		t.Fatalf("decoded Meta changed with its input:\n got %s\nwant %s", dump(&got), dump(&m))
-	}
+	assert.True(t, metaEqual(&got, &m), "decoded Meta changed with its input:\n got %s\nwant %s", dump(&got), dump(&m))
 }
 
 // TestDecodeMetaReuse decodes different kinds of frames into one Meta: no
@@ -397,12 +364,8 @@ func TestDecodeMetaReuse(t *testing.T) {
 	var m message.Meta
 	m.Sender, m.Recver, m.DataSize = 5, 6, 7
 	for _, want := range []message.Meta{an, kv, ack, an, message.NewMeta(), kv} {
-		if err := message.DecodeMeta(message.EncodeMeta(&want), &m); err != nil {
-			t.Fatal(err)
-		}
-		if !metaEqual(&m, &want) {
-			t.Fatalf("got %s\nwant %s", dump(&m), dump(&want))
-		}
+		require.NoError(t, message.DecodeMeta(message.EncodeMeta(&want), &m))
+		require.True(t, metaEqual(&m, &want), "got %s\nwant %s", dump(&m), dump(&want))
 	}
 }
 
@@ -411,12 +374,8 @@ func TestMarshalToAppends(t *testing.T) {
 	want := message.EncodeMeta(&m)
 	prefix := []byte("prefix")
 	got := m.MarshalTo(prefix)
-	if !bytes.Equal(got[:len(prefix)], prefix) || !bytes.Equal(got[len(prefix):], want) {
-		t.Fatalf("MarshalTo(prefix) = %q", got)
-	}
-	if cap(want) != len(want) {
-		t.Errorf("EncodeMeta: cap %d, len %d; want an exact fit", cap(want), len(want))
-	}
+	assert.Equal(t, append([]byte("prefix"), want...), got, "MarshalTo(prefix)")
+	assert.Equal(t, len(want), cap(want), "EncodeMeta: want an exact fit")
 }
 
 func TestMetaCodecAllocs(t *testing.T) {
@@ -425,20 +384,14 @@ func TestMetaCodecAllocs(t *testing.T) {
 	frame := message.EncodeMeta(&kv)
 	buf := make([]byte, 0, 256)
 	var m message.Meta
-	if err := message.DecodeMeta(frame, &m); err != nil { // warm up m's capacity
-		t.Fatal(err)
-	}
+	require.NoError(t, message.DecodeMeta(frame, &m)) // warm up m's capacity
 	check := func(name string, want float64, f func()) {
 		t.Helper()
-		if got := testing.AllocsPerRun(100, f); got != want {
-			t.Errorf("%s: %v allocs per run, want %v", name, got, want)
-		}
+		assert.Equal(t, want, testing.AllocsPerRun(100, f), "%s: allocs per run", name)
 	}
-	check("DecodeMeta of a KV meta into a reused Meta", 0, func() {
-		if err := message.DecodeMeta(frame, &m); err != nil {
-			t.Fatal(err)
-		}
-	})
+	var decodeErr error
+	check("DecodeMeta of a KV meta into a reused Meta", 0, func() { decodeErr = message.DecodeMeta(frame, &m) })
+	require.NoError(t, decodeErr)
 	check("MarshalTo into a buffer with capacity", 0, func() { buf = kv.MarshalTo(buf[:0]) })
 	check("EncodeMeta", 1, func() { _ = message.EncodeMeta(&kv) })
 	an := addNodeMeta()
@@ -454,25 +407,15 @@ func TestMetaCodecAllocs(t *testing.T) {
 
 func TestCheckFrames(t *testing.T) {
 	m := kvPushMeta()
-	if err := message.CheckFrames(&m, 3); err != nil {
-		t.Errorf("3 frames for 3 data types: %v", err)
-	}
+	assert.NoError(t, message.CheckFrames(&m, 3), "3 frames for 3 data types")
 	err := message.CheckFrames(&m, 2)
-	if !errors.Is(err, message.ErrFrameCount) {
-		t.Fatalf("2 frames for 3 data types: got %v, want ErrFrameCount", err)
-	}
+	require.ErrorIs(t, err, message.ErrFrameCount, "2 frames for 3 data types")
 	for _, w := range []string{"3 data_type entries", "2 data frame(s)"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
+		assert.ErrorContains(t, err, w)
 	}
 	ctrl := message.NewMeta()
-	if err := message.CheckFrames(&ctrl, 0); err != nil {
-		t.Errorf("control meta without frames: %v", err)
-	}
-	if err := message.CheckFrames(&ctrl, 1); err == nil {
-		t.Error("control meta with a frame: no error")
-	}
+	assert.NoError(t, message.CheckFrames(&ctrl, 0), "control meta without frames")
+	assert.Error(t, message.CheckFrames(&ctrl, 1), "control meta with a frame")
 }
 
 func BenchmarkEncodeMeta(b *testing.B) {

@@ -1,9 +1,9 @@
 package message_test
 
 import (
-	"bytes"
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/message"
 )
@@ -13,10 +13,8 @@ import (
 // encode-then-decode: re-encoding yields a frame that decodes to an equal
 // Meta and re-encodes to the same bytes.
 func FuzzDecodeMeta(f *testing.F) {
-	if rows, ok := loadDmlcGolden(f); ok {
-		for _, r := range rows {
-			f.Add(r.meta)
-		}
+	for _, r := range loadDmlcGolden(f) {
+		f.Add(r.meta)
 	}
 	kv, an := kvPushMeta(), addNodeMeta()
 	kv.Ext = message.Ext{Epoch: 2, SendNanos: -5, RecvNanos: 6, HandleNano: 7, PushSeq: 8, Iteration: 9}
@@ -29,38 +27,22 @@ func FuzzDecodeMeta(f *testing.F) {
 		var m message.Meta
 		if err := message.DecodeMeta(b, &m); err != nil {
 			var de *message.DecodeError
-			if !errors.As(err, &de) {
-				t.Fatalf("error %T %v is not a *DecodeError", err, err)
-			}
-			if de.Offset < 0 || de.Offset > len(b) {
-				t.Fatalf("error offset %d outside the %d-byte frame: %v", de.Offset, len(b), err)
-			}
+			require.ErrorAs(t, err, &de)
+			require.True(t, de.Offset >= 0 && de.Offset <= len(b), "error offset %d outside the %d-byte frame: %v", de.Offset, len(b), err)
 			return
 		}
 		enc := message.EncodeMeta(&m)
-		if len(enc) != m.EncodedLen() {
-			t.Fatalf("EncodedLen %d, EncodeMeta wrote %d bytes", m.EncodedLen(), len(enc))
-		}
+		require.Len(t, enc, m.EncodedLen(), "EncodedLen")
 		var m2 message.Meta
-		if err := message.DecodeMeta(enc, &m2); err != nil {
-			t.Fatalf("re-encoded %x does not decode: %v\nmeta %s", enc, err, dump(&m))
-		}
-		if !metaEqual(&m, &m2) {
-			t.Fatalf("round trip changed the meta\nfirst  %s\nsecond %s", dump(&m), dump(&m2))
-		}
-		if enc2 := message.EncodeMeta(&m2); !bytes.Equal(enc, enc2) {
-			t.Fatalf("encoding is not stable:\n%x\n%x", enc, enc2)
-		}
+		require.NoError(t, message.DecodeMeta(enc, &m2), "re-encoded %x does not decode\nmeta %s", enc, dump(&m))
+		require.True(t, metaEqual(&m, &m2), "round trip changed the meta\nfirst  %s\nsecond %s", dump(&m), dump(&m2))
+		require.Equal(t, enc, message.EncodeMeta(&m2), "encoding is not stable")
 		// Decoding into a Meta full of other data must give the same result.
 		dirty := addNodeMeta()
 		dirty.Body = []byte("stale")
 		dirty.DataType = []message.DataType{1, 2, 3, 4}
 		dirty.Ext.Epoch, dirty.DataSize, dirty.Sender = 99, 5, 3
-		if err := message.DecodeMeta(b, &dirty); err != nil {
-			t.Fatalf("decoding into a used Meta failed: %v", err)
-		}
-		if !metaEqual(&dirty, &m) {
-			t.Fatalf("decoding into a used Meta\n got %s\nwant %s", dump(&dirty), dump(&m))
-		}
+		require.NoError(t, message.DecodeMeta(b, &dirty), "decoding into a used Meta")
+		require.True(t, metaEqual(&dirty, &m), "decoding into a used Meta\n got %s\nwant %s", dump(&dirty), dump(&m))
 	})
 }

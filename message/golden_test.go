@@ -1,9 +1,8 @@
 package message_test
 
-// Golden tests against meta frames captured from C++ ps-lite (dmlc master).
-// The vectors live outside the module, in the shared spec tree; see
-// /work/shared/spec/golden/README.md for the TSV columns and the grammar of
-// the `decoded` column parsed here.
+// Golden tests against meta frames captured from C++ ps-lite (dmlc master),
+// kept in testdata/ (see testdata/README.md for the columns and the
+// grammar of the `decoded` column parsed here).
 
 import (
 	"bufio"
@@ -17,10 +16,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/elasticps/elasticps/message"
 )
 
-var dmlcGoldenPath = filepath.Join("..", "..", "shared", "spec", "golden", "dmlc_meta_vectors.tsv")
+var dmlcGoldenPath = filepath.Join("testdata", "dmlc_meta_vectors.tsv")
 
 type goldenRow struct {
 	row     int    // the TSV's own row number
@@ -29,21 +31,17 @@ type goldenRow struct {
 	decoded string // the decoded column
 }
 
-// loadDmlcGolden reads the golden TSV. ok is false if the file is absent (the
-// spec tree is not part of the module); any other problem fails tb.
-func loadDmlcGolden(tb testing.TB) (rows []goldenRow, ok bool) {
+// loadDmlcGolden reads the golden TSV; a missing or malformed file fails tb,
+// so that the byte-exact tests can never pass by skipping.
+func loadDmlcGolden(tb testing.TB) []goldenRow {
 	tb.Helper()
 	f, err := os.Open(dmlcGoldenPath)
-	if os.IsNotExist(err) {
-		return nil, false
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err, "the golden vectors ship with the module")
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 1<<16), 1<<22)
 	var col map[string]int
+	var rows []goldenRow
 	for line := 1; sc.Scan(); line++ {
 		fields := strings.Split(sc.Text(), "\t")
 		if col == nil {
@@ -52,62 +50,40 @@ func loadDmlcGolden(tb testing.TB) (rows []goldenRow, ok bool) {
 				col[name] = i
 			}
 			for _, need := range []string{"row", "kind", "meta_hex", "decoded"} {
-				if _, ok := col[need]; !ok {
-					tb.Fatalf("%s: header lacks column %q", dmlcGoldenPath, need)
-				}
+				require.Contains(tb, col, need, "%s: header lacks column %q", dmlcGoldenPath, need)
 			}
 			continue
 		}
-		if len(fields) != len(col) {
-			tb.Fatalf("%s:%d: %d columns, header has %d", dmlcGoldenPath, line, len(fields), len(col))
-		}
+		require.Len(tb, fields, len(col), "%s:%d: columns", dmlcGoldenPath, line)
 		n, err := strconv.Atoi(fields[col["row"]])
-		if err != nil {
-			tb.Fatalf("%s:%d: row: %v", dmlcGoldenPath, line, err)
-		}
+		require.NoError(tb, err, "%s:%d: row", dmlcGoldenPath, line)
 		meta, err := hex.DecodeString(fields[col["meta_hex"]])
-		if err != nil {
-			tb.Fatalf("%s:%d: meta_hex: %v", dmlcGoldenPath, line, err)
-		}
+		require.NoError(tb, err, "%s:%d: meta_hex", dmlcGoldenPath, line)
 		rows = append(rows, goldenRow{row: n, kind: fields[col["kind"]], meta: meta, decoded: fields[col["decoded"]]})
 	}
-	if err := sc.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return rows, true
+	require.NoError(tb, sc.Err())
+	require.NotEmpty(tb, rows, "%s has no rows", dmlcGoldenPath)
+	return rows
 }
 
 func TestDmlcGolden(t *testing.T) {
-	rows, ok := loadDmlcGolden(t)
-	if !ok {
-		t.Skipf("golden vectors not found at %s (the shared spec tree sits next to the repo); skipping", dmlcGoldenPath)
-	}
-	if len(rows) == 0 {
-		t.Fatal("golden file has no rows")
-	}
+	rows := loadDmlcGolden(t)
+	// The file's own count (testdata/README.md): a truncated copy must not
+	// pass.
+	require.Len(t, rows, 1198)
 	var got message.Meta // reused across rows, as a transport would
 	for _, r := range rows {
 		want, err := parseDecoded(r.decoded)
-		if err != nil {
-			t.Errorf("row %d: parsing decoded column: %v", r.row, err)
+		if !assert.NoError(t, err, "row %d: parsing decoded column", r.row) {
 			continue
 		}
-		if err := message.DecodeMeta(r.meta, &got); err != nil {
-			t.Errorf("row %d (%s): DecodeMeta: %v", r.row, r.kind, err)
+		if !assert.NoError(t, message.DecodeMeta(r.meta, &got), "row %d (%s): DecodeMeta", r.row, r.kind) {
 			continue
 		}
-		if !metaEqual(&got, &want) {
-			t.Errorf("row %d (%s): decoded\n got %s\nwant %s", r.row, r.kind, dump(&got), dump(&want))
-		}
-		if enc := message.EncodeMeta(&got); !bytes.Equal(enc, r.meta) {
-			t.Errorf("row %d (%s): re-encoding the decoded meta\n got %x\nwant %x", r.row, r.kind, enc, r.meta)
-		}
-		if enc := message.EncodeMeta(&want); !bytes.Equal(enc, r.meta) {
-			t.Errorf("row %d (%s): encoding the decoded column\n got %x\nwant %x", r.row, r.kind, enc, r.meta)
-		}
-		if n := want.EncodedLen(); n != len(r.meta) {
-			t.Errorf("row %d (%s): EncodedLen = %d, want %d", r.row, r.kind, n, len(r.meta))
-		}
+		assert.True(t, metaEqual(&got, &want), "row %d (%s): decoded\n got %s\nwant %s", r.row, r.kind, dump(&got), dump(&want))
+		assert.Equal(t, r.meta, message.EncodeMeta(&got), "row %d (%s): re-encoding the decoded meta", r.row, r.kind)
+		assert.Equal(t, r.meta, message.EncodeMeta(&want), "row %d (%s): encoding the decoded column", r.row, r.kind)
+		assert.Equal(t, len(r.meta), want.EncodedLen(), "row %d (%s): EncodedLen", r.row, r.kind)
 	}
 	t.Logf("checked %d golden rows", len(rows))
 }
@@ -116,9 +92,7 @@ func TestDmlcGolden(t *testing.T) {
 // bug cannot make TestDmlcGolden vacuous.
 func TestParseDecoded(t *testing.T) {
 	m, err := parseDecoded(`head=2147483647 body=hex:00ff control={cmd=ADD_NODE(2) nodes=[{role=WORKER(1) id=- hostname="a b" port=- is_recovery=1 customer_id=3},{role=SERVER(0) id=8 hostname=- port=9 is_recovery=- customer_id=-}] barrier_group=- msg_sig=7} request=1 push=- pull=1 simple_app=0 app_id=- timestamp=-4 data_type=[UINT64(8),FLOAT(9)] customer_id=- data_size=- priority=5`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := message.NewMeta()
 	want.Body = []byte{0, 0xff}
 	want.Control = message.Control{Cmd: message.CmdAddNode, MsgSig: 7, Nodes: []message.Node{
@@ -129,9 +103,7 @@ func TestParseDecoded(t *testing.T) {
 	want.Timestamp = -4
 	want.DataType = []message.DataType{message.Uint64, message.Float}
 	want.Priority = 5
-	if !metaEqual(&m, &want) {
-		t.Fatalf("got %s\nwant %s", dump(&m), dump(&want))
-	}
+	assert.True(t, metaEqual(&m, &want), "got %s\nwant %s", dump(&m), dump(&want))
 	for _, bad := range []string{
 		"",
 		"head=1",
@@ -140,9 +112,8 @@ func TestParseDecoded(t *testing.T) {
 		`head=x body=- control=- request=0 push=0 pull=0 simple_app=0 app_id=- timestamp=- data_type=[] customer_id=0 data_size=- priority=0`,
 		`head=1 body="x control=- request=0 push=0 pull=0 simple_app=0 app_id=- timestamp=- data_type=[] customer_id=0 data_size=- priority=0`,
 	} {
-		if _, err := parseDecoded(bad); err == nil {
-			t.Errorf("parseDecoded(%q) succeeded, want error", bad)
-		}
+		_, err := parseDecoded(bad)
+		assert.Error(t, err, "parseDecoded(%q)", bad)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/elasticps/elasticps/message"
 )
 
@@ -18,14 +21,13 @@ func TestNodeStandbyExtension(t *testing.T) {
 	plain := message.EncodeMeta(&m)
 	m.Control.Nodes[0].Standby = true
 	ext := message.EncodeMeta(&m)
-	if len(ext) != len(plain)+2 || !bytes.Contains(ext, []byte{0x70, 0x01}) {
-		t.Fatalf("standby encoding: plain %x, with standby %x", plain, ext)
-	}
+	require.Len(t, ext, len(plain)+2, "standby encoding: plain %x, with standby %x", plain, ext)
+	require.True(t, bytes.Contains(ext, []byte{0x70, 0x01}), "standby encoding %x lacks field 14 = 1", ext)
 	var back message.Meta
-	if err := message.DecodeMeta(ext, &back); err != nil || !back.Control.Nodes[0].Standby {
-		t.Fatalf("decode: %v %+v", err, back.Control.Nodes)
-	}
-	if err := message.DecodeMeta(plain, &back); err != nil || back.Control.Nodes[0].Standby {
-		t.Fatalf("plain node decoded as standby: %v", err)
-	}
+	require.NoError(t, message.DecodeMeta(ext, &back))
+	require.Len(t, back.Control.Nodes, 1)
+	assert.True(t, back.Control.Nodes[0].Standby, "decoded %+v", back.Control.Nodes)
+	require.NoError(t, message.DecodeMeta(plain, &back))
+	require.Len(t, back.Control.Nodes, 1)
+	assert.False(t, back.Control.Nodes[0].Standby, "plain node decoded as standby")
 }

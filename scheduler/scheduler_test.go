@@ -1,9 +1,11 @@
 package scheduler
 
 import (
-	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/message"
 )
@@ -33,22 +35,8 @@ func TestGroupsMatchPsLite(t *testing.T) {
 		6: {9, 11, 13, 8, 10}, 7: {9, 11, 13, 8, 10, 1}, 8: {8}, 9: {9}, 13: {13},
 	}
 	for grp, ids := range want {
-		if got := g[grp]; !equal(got, ids) {
-			t.Errorf("group %d = %v, want %v", grp, got, ids)
-		}
+		assert.Equal(t, ids, g[grp], "group %d", grp)
 	}
-}
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Ranks follow ps-lite's comparator: hostnames descending, ports ascending;
@@ -64,12 +52,8 @@ func TestRankAssignmentOrder(t *testing.T) {
 	var a Actions
 	for i, n := range regs {
 		a = s.AddNode(t0, message.Empty, n)
-		if len(a.Errors) != 0 {
-			t.Fatalf("registration %d: %v", i, a.Errors)
-		}
-		if (i == len(regs)-1) != a.Ready {
-			t.Fatalf("registration %d: ready=%v", i, a.Ready)
-		}
+		require.Empty(t, a.Errors, "registration %d", i)
+		require.Equal(t, i == len(regs)-1, a.Ready, "registration %d: ready", i)
 	}
 	got := map[string]int32{}
 	for _, n := range s.Nodes() {
@@ -82,21 +66,13 @@ func TestRankAssignmentOrder(t *testing.T) {
 		"10.0.0.2:7001": 10, // server rank 1
 		"10.0.0.1:9000": 1,
 	}
-	for k, id := range want {
-		if got[k] != id {
-			t.Errorf("%s got id %d, want %d", k, got[k], id)
-		}
-	}
-	if last := s.Nodes()[4]; last.ID != 1 {
-		t.Errorf("scheduler must be the last node, got %v", last)
-	}
-	if len(a.Connect) != 4 || len(a.Send) != 4 {
-		t.Fatalf("want 4 connects and 4 node lists, got %d, %d", len(a.Connect), len(a.Send))
-	}
+	assert.Equal(t, want, got)
+	assert.Equal(t, int32(1), s.Nodes()[4].ID, "scheduler must be the last node")
+	assert.Len(t, a.Connect, 4)
+	require.Len(t, a.Send, 4, "want 4 node lists")
 	for _, m := range a.Send {
-		if m.Meta.Control.Cmd != message.CmdAddNode || len(m.Meta.Control.Nodes) != 5 {
-			t.Errorf("node list to %d: %v", m.Meta.Recver, m.Meta.String())
-		}
+		assert.Equal(t, message.CmdAddNode, m.Meta.Control.Cmd, "node list to %d: %v", m.Meta.Recver, m.Meta.String())
+		assert.Len(t, m.Meta.Control.Nodes, 5, "node list to %d", m.Meta.Recver)
 	}
 }
 
@@ -110,28 +86,14 @@ func TestSharedNodeAlias(t *testing.T) {
 	s.AddNode(t0, message.Empty, w)
 	s.AddNode(t0, message.Empty, w1)
 	a := s.AddNode(t0, message.Empty, node(message.RoleServer, "127.0.0.1", 5001))
-	if !a.Ready {
-		t.Fatal("not ready after 3 registrations")
-	}
-	if !s.IsAlias(11) || s.IsAlias(9) {
-		t.Fatalf("want id 11 aliased to 9; aliases: %v", s.shared)
-	}
-	for _, m := range a.Send {
-		if m.Meta.Recver == 11 {
-			t.Error("node list sent to alias 11")
-		}
-	}
-	if len(a.Send) != 2 || len(a.Connect) != 2 {
-		t.Errorf("sends %d connects %d, want 2 and 2", len(a.Send), len(a.Connect))
-	}
+	require.True(t, a.Ready, "not ready after 3 registrations")
+	require.True(t, s.IsAlias(11), "want id 11 aliased to 9; aliases: %v", s.shared)
+	require.False(t, s.IsAlias(9), "9 is the real id; aliases: %v", s.shared)
+	assert.ElementsMatch(t, []int32{8, 9}, recipients(a), "no node list to alias 11")
+	assert.Len(t, a.Connect, 2)
 	// Barrier on workers counts both customers but answers once.
-	if b := s.Barrier(9, 0, 0, message.WorkerGroup); len(b.Send) != 0 {
-		t.Fatal("barrier released after 1 of 2")
-	}
-	b := s.Barrier(9, 0, 1, message.WorkerGroup)
-	if len(b.Send) != 1 || b.Send[0].Meta.Recver != 9 {
-		t.Fatalf("want one release to 9, got %d", len(b.Send))
-	}
+	require.Empty(t, s.Barrier(9, 0, 0, message.WorkerGroup).Send, "barrier released after 1 of 2")
+	assert.Equal(t, []int32{9}, recipients(s.Barrier(9, 0, 1, message.WorkerGroup)), "want one release to 9")
 }
 
 func TestBarrierCountsAndResets(t *testing.T) {
@@ -139,24 +101,19 @@ func TestBarrierCountsAndResets(t *testing.T) {
 	for round := range 2 {
 		for i, id := range []int32{9, 11, 8, 10, 1} {
 			a := s.Barrier(id, 0, 0, message.AllGroup)
-			if i < 4 && len(a.Send) != 0 {
-				t.Fatalf("round %d: released after %d arrivals", round, i+1)
+			if i < 4 {
+				require.Empty(t, a.Send, "round %d: released after %d arrivals", round, i+1)
+				continue
 			}
-			if i == 4 {
-				if len(a.Send) != 5 {
-					t.Fatalf("round %d: %d releases, want 5", round, len(a.Send))
-				}
-				for _, m := range a.Send {
-					if m.Meta.Request || m.Meta.Control.Cmd != message.CmdBarrier || m.Meta.AppID != 0 {
-						t.Errorf("bad release %v", m.Meta.String())
-					}
-				}
+			require.Len(t, a.Send, 5, "round %d: releases", round)
+			for _, m := range a.Send {
+				assert.False(t, m.Meta.Request, "bad release %v", m.Meta.String())
+				assert.Equal(t, message.CmdBarrier, m.Meta.Control.Cmd, "bad release %v", m.Meta.String())
+				assert.Equal(t, int32(0), m.Meta.AppID, "bad release %v", m.Meta.String())
 			}
 		}
 	}
-	if a := s.Barrier(9, 0, 0, 12); len(a.Errors) != 1 {
-		t.Error("group 12 accepted")
-	}
+	assert.Len(t, s.Barrier(9, 0, 0, 12).Errors, 1, "group 12 accepted")
 }
 
 func ready(t *testing.T, ns, nw int) *State {
@@ -171,9 +128,7 @@ func ready(t *testing.T, ns, nw int) *State {
 		s.AddNode(t0, message.Empty, node(message.RoleWorker, "127.0.0.1", port))
 		port++
 	}
-	if !s.Ready() {
-		t.Fatal("not ready")
-	}
+	require.True(t, s.Ready(), "not ready")
 	return s
 }
 
@@ -181,43 +136,31 @@ func TestTooManyRegistrationsRejected(t *testing.T) {
 	s := newState(1, 1, 0)
 	s.AddNode(t0, message.Empty, node(message.RoleServer, "h", 1))
 	a := s.AddNode(t0, message.Empty, node(message.RoleServer, "h", 2))
-	if len(a.Errors) != 1 || a.Ready {
-		t.Fatalf("second server accepted: %+v", a)
-	}
-	if a := s.AddNode(t0, message.Empty, node(message.RoleScheduler, "h", 3)); len(a.Errors) != 1 {
-		t.Fatal("scheduler registration accepted")
-	}
+	assert.Len(t, a.Errors, 1, "second server accepted: %+v", a)
+	assert.False(t, a.Ready)
+	assert.Len(t, s.AddNode(t0, message.Empty, node(message.RoleScheduler, "h", 3)).Errors, 1, "scheduler registration accepted")
 }
 
 func TestDeadNodesAndRecovery(t *testing.T) {
 	s := ready(t, 2, 1) // servers 8 (port 6000), 10 (6001); worker 9 (6002)
-	if d := s.DeadNodes(t0.Add(5*time.Second), 10*time.Second); len(d) != 0 {
-		t.Fatalf("dead before timeout: %v", d)
-	}
+	require.Empty(t, s.DeadNodes(t0.Add(5*time.Second), 10*time.Second), "dead before timeout")
 	s.Heartbeat(t0.Add(8*time.Second), 8)
 	s.Heartbeat(t0.Add(8*time.Second), 9)
 	now := t0.Add(15 * time.Second)
-	if d := s.DeadNodes(now, 10*time.Second); !equal(d, []int32{10}) {
-		t.Fatalf("dead = %v, want [10]", d)
-	}
+	require.Equal(t, []int32{10}, s.DeadNodes(now, 10*time.Second))
 	// A worker restart with no dead worker waits (no error, nothing sent)
 	// until a worker is dead.
-	if a := s.AddNode(now, message.Empty, node(message.RoleWorker, "127.0.0.1", 7000)); len(a.Errors) != 0 || len(a.Send) != 0 || s.Waiting() != 1 {
-		t.Fatalf("worker recovery without a dead worker: %+v", a)
-	}
+	a := s.AddNode(now, message.Empty, node(message.RoleWorker, "127.0.0.1", 7000))
+	require.Empty(t, a.Errors, "worker recovery without a dead worker")
+	require.Empty(t, a.Send, "worker recovery without a dead worker")
+	require.Equal(t, 1, s.Waiting(), "the worker waits")
 	// A restarted server takes over id 10.
-	a := s.AddNode(now, message.Empty, node(message.RoleServer, "127.0.0.1", 7001))
-	if len(a.Errors) != 0 || len(a.Connect) != 1 || a.Connect[0].ID != 10 || !a.Connect[0].IsRecovery {
-		t.Fatalf("recovery actions: %+v", a)
-	}
+	a = s.AddNode(now, message.Empty, node(message.RoleServer, "127.0.0.1", 7001))
+	require.Empty(t, a.Errors)
+	requireRecovery(t, a, 10)
 	// Full list to the recovered node, the one node to the others.
-	got := nodesSentTo(a)
-	if got[10] != 4 || got[8] != 1 || got[9] != 1 || len(got) != 3 {
-		t.Fatalf("recovery sends %v", got)
-	}
-	if d := s.DeadNodes(now, 10*time.Second); len(d) != 0 {
-		t.Fatalf("still dead after recovery: %v", d)
-	}
+	assert.Equal(t, map[int32]int{10: 4, 8: 1, 9: 1}, nodesSentTo(a), "recovery sends")
+	assert.Empty(t, s.DeadNodes(now, 10*time.Second), "still dead after recovery")
 }
 
 // A node whose heartbeats are late when another node recovers still gets
@@ -227,17 +170,11 @@ func TestRecoveryReachesNodesThatLookDead(t *testing.T) {
 	s := ready(t, 2, 1) // servers 8 (port 6000), 10 (6001); worker 9 (6002)
 	s.Heartbeat(t0.Add(8*time.Second), 8)
 	now := t0.Add(15 * time.Second) // 10 and 9 have been silent for 15 s
-	if d := s.DeadNodes(now, 10*time.Second); !equal(d, []int32{9, 10}) {
-		t.Fatalf("dead = %v, want [9 10]", d)
-	}
+	require.Equal(t, []int32{9, 10}, s.DeadNodes(now, 10*time.Second))
 	a := s.AddNode(now, message.Empty, node(message.RoleServer, "127.0.0.1", 7001))
-	if len(a.Connect) != 1 || a.Connect[0].ID != 10 {
-		t.Fatalf("recovery actions: %+v", a)
-	}
-	got := nodesSentTo(a)
-	if got[10] != 4 || got[8] != 1 || got[9] != 1 || len(got) != 3 {
-		t.Fatalf("recovery sends %v, want the full list to 10 and the new node to 8 and to 9", got)
-	}
+	requireRecovery(t, a, 10)
+	assert.Equal(t, map[int32]int{10: 4, 8: 1, 9: 1}, nodesSentTo(a),
+		"recovery sends: want the full list to 10 and the new node to 8 and to 9")
 }
 
 // nodesSentTo maps each recipient of a's messages to the number of nodes
@@ -250,13 +187,31 @@ func nodesSentTo(a Actions) map[int32]int {
 	return got
 }
 
+// recipients lists the receivers of a's messages in order.
+func recipients(a Actions) []int32 {
+	var ids []int32
+	for _, m := range a.Send {
+		ids = append(ids, m.Meta.Recver)
+	}
+	return ids
+}
+
+// requireRecovery checks that a connects exactly one node, the replacement
+// that takes over id.
+func requireRecovery(t *testing.T, a Actions, id int32) {
+	t.Helper()
+	require.Len(t, a.Connect, 1, "recovery actions: %+v", a)
+	require.Equal(t, id, a.Connect[0].ID, "recovery actions: %+v", a)
+	require.True(t, a.Connect[0].IsRecovery, "recovery actions: %+v", a)
+}
+
 func TestHeartbeatReply(t *testing.T) {
 	s := ready(t, 1, 1)
 	a := s.Heartbeat(t0, 9)
-	if len(a.Send) != 1 || a.Send[0].Meta.Recver != 9 || a.Send[0].Meta.Control.Cmd != message.CmdHeartbeat ||
-		a.Send[0].Meta.Control.Nodes[0].ID != 1 {
-		t.Fatalf("heartbeat reply %+v", a)
-	}
+	require.Equal(t, []int32{9}, recipients(a), "heartbeat reply %+v", a)
+	assert.Equal(t, message.CmdHeartbeat, a.Send[0].Meta.Control.Cmd)
+	require.Len(t, a.Send[0].Meta.Control.Nodes, 1)
+	assert.Equal(t, int32(1), a.Send[0].Meta.Control.Nodes[0].ID, "the reply carries the scheduler")
 }
 
 // A node restarted before the scheduler noticed the death is parked, then
@@ -265,25 +220,20 @@ func TestQuickRestartWaitsForTimeout(t *testing.T) {
 	s := ready(t, 1, 1) // server 8, worker 9, timeout 10s
 	s.Heartbeat(t0.Add(9*time.Second), 9)
 	a := s.AddNode(t0.Add(9*time.Second), message.Empty, node(message.RoleServer, "127.0.0.1", 8000))
-	if len(a.Send) != 0 || s.Waiting() != 1 {
-		t.Fatalf("restart before the timeout was not parked: %+v", a)
-	}
-	if a := s.Tick(t0.Add(9500 * time.Millisecond)); len(a.Send) != 0 {
-		t.Fatalf("recovered before server 8 was dead: %+v", a)
-	}
+	require.Empty(t, a.Send, "restart before the timeout was not parked: %+v", a)
+	require.Equal(t, 1, s.Waiting(), "restart before the timeout was not parked")
+	require.Empty(t, s.Tick(t0.Add(9500*time.Millisecond)).Send, "recovered before server 8 was dead")
 	a = s.Tick(t0.Add(11 * time.Second))
-	if len(a.Connect) != 1 || a.Connect[0].ID != 8 || !a.Connect[0].IsRecovery || s.Waiting() != 0 {
-		t.Fatalf("tick after timeout: %+v", a)
-	}
+	requireRecovery(t, a, 8)
+	assert.Equal(t, 0, s.Waiting(), "tick after timeout")
 }
 
 func TestRestartWithoutHeartbeatsIsAnError(t *testing.T) {
 	s := New(Config{NumServers: 1, NumWorkers: 1, Self: self()}, t0)
 	s.AddNode(t0, message.Empty, node(message.RoleServer, "h", 1))
 	s.AddNode(t0, message.Empty, node(message.RoleWorker, "h", 2))
-	if a := s.AddNode(t0, message.Empty, node(message.RoleServer, "h", 3)); len(a.Errors) != 1 {
-		t.Fatalf("want an error explaining the heartbeat settings, got %+v", a)
-	}
+	a := s.AddNode(t0, message.Empty, node(message.RoleServer, "h", 3))
+	assert.Len(t, a.Errors, 1, "want an error explaining the heartbeat settings, got %+v", a)
 }
 
 // A repeated arrival of the same node and customer counts once: a node
@@ -293,12 +243,8 @@ func TestBarrierArrivalsAreASet(t *testing.T) {
 	s := ready(t, 1, 1) // 8, 9
 	s.Barrier(8, 0, 0, message.AllGroup)
 	s.Barrier(8, 0, 0, message.AllGroup) // the replacement of 8
-	if a := s.Barrier(1, 0, 0, message.AllGroup); len(a.Send) != 0 {
-		t.Fatal("released without worker 9")
-	}
-	if a := s.Barrier(9, 0, 0, message.AllGroup); len(a.Send) != 3 {
-		t.Fatalf("want 3 releases, got %d", len(a.Send))
-	}
+	require.Empty(t, s.Barrier(1, 0, 0, message.AllGroup).Send, "released without worker 9")
+	assert.Len(t, s.Barrier(9, 0, 0, message.AllGroup).Send, 3, "releases")
 }
 
 // A drained server that leaves no longer holds barriers up, is never dead,
@@ -307,27 +253,15 @@ func TestLeave(t *testing.T) {
 	s := ready(t, 2, 1) // servers 8, 10; worker 9
 	s.Barrier(8, 0, 0, message.AllGroup)
 	s.Barrier(9, 0, 0, message.AllGroup)
-	if a := s.Barrier(1, 0, 0, message.AllGroup); len(a.Send) != 0 {
-		t.Fatal("released without server 10")
-	}
+	require.Empty(t, s.Barrier(1, 0, 0, message.AllGroup).Send, "released without server 10")
 	a := s.Leave(10)
-	if len(a.Send) != 3 {
-		t.Fatalf("leave of the last missing member: %d releases, want 3", len(a.Send))
-	}
-	for _, m := range a.Send {
-		if m.Meta.Recver == 10 {
-			t.Error("release sent to the node that left")
-		}
-	}
-	if d := s.DeadNodes(t0.Add(time.Hour), time.Second); slices.Contains(d, 10) {
-		t.Errorf("a node that left is reported dead: %v", d)
-	}
+	assert.ElementsMatch(t, []int32{1, 8, 9}, recipients(a),
+		"leave of the last missing member releases the others, not the node that left")
+	assert.NotContains(t, s.DeadNodes(t0.Add(time.Hour), time.Second), int32(10), "a node that left is reported dead")
 	// next round needs only 8, 9 and the scheduler
 	s.Barrier(8, 0, 0, message.AllGroup)
 	s.Barrier(9, 0, 0, message.AllGroup)
-	if a := s.Barrier(1, 0, 0, message.AllGroup); len(a.Send) != 3 {
-		t.Fatalf("round after leave: %d releases, want 3", len(a.Send))
-	}
+	assert.Len(t, s.Barrier(1, 0, 0, message.AllGroup).Send, 3, "round after leave: releases")
 }
 
 // A standby server joins the running job with the next server id, gets the
@@ -337,33 +271,23 @@ func TestStandbyJoin(t *testing.T) {
 	sb := node(message.RoleServer, "127.0.0.1", 9999)
 	sb.Standby = true
 	a := s.AddNode(t0, message.Empty, sb)
-	if len(a.Connect) != 1 || a.Connect[0].ID != 12 {
-		t.Fatalf("standby connect %+v", a.Connect)
-	}
+	require.Len(t, a.Connect, 1, "standby connect %+v", a.Connect)
+	require.Equal(t, int32(12), a.Connect[0].ID, "standby connect")
 	got := nodesSentTo(a)
-	if got[12] != 5 || got[8] != 1 || got[10] != 1 || got[9] != 1 {
-		t.Fatalf("standby announcements %v", got)
+	require.Equal(t, 5, got[12], "standby announcements %v", got)
+	for _, id := range []int32{8, 9, 10} {
+		require.Equal(t, 1, got[id], "standby announcements %v", got)
 	}
-	if ids := s.Standbys(); len(ids) != 1 || ids[0] != 12 {
-		t.Fatalf("standbys %v", ids)
-	}
+	require.Equal(t, []int32{12}, s.Standbys())
 	// a standby is in no group: its barrier returns at once and counts for
 	// nothing
-	if a := s.Barrier(12, 0, 0, message.AllGroup); len(a.Send) != 1 || a.Send[0].Meta.Recver != 12 {
-		t.Fatalf("standby barrier: %+v", a.Send)
-	}
+	require.Equal(t, []int32{12}, recipients(s.Barrier(12, 0, 0, message.AllGroup)), "standby barrier")
 	for _, id := range []int32{8, 9, 10} {
-		if a := s.Barrier(id, 0, 0, message.AllGroup); len(a.Send) != 0 {
-			t.Fatal("released early: the standby must not count")
-		}
+		require.Empty(t, s.Barrier(id, 0, 0, message.AllGroup).Send, "released early: the standby must not count")
 	}
-	if a := s.Barrier(1, 0, 0, message.AllGroup); len(a.Send) != 4 {
-		t.Fatalf("want the 4 members released, got %d", len(a.Send))
-	}
+	assert.Len(t, s.Barrier(1, 0, 0, message.AllGroup).Send, 4, "want the 4 members released")
 	// a worker cannot be a standby
 	w := node(message.RoleWorker, "127.0.0.1", 9998)
 	w.Standby = true
-	if a := s.AddNode(t0, message.Empty, w); len(a.Errors) != 1 {
-		t.Fatal("a standby worker was accepted")
-	}
+	assert.Len(t, s.AddNode(t0, message.Empty, w).Errors, 1, "a standby worker was accepted")
 }

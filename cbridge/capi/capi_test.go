@@ -9,6 +9,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
@@ -24,37 +27,33 @@ func env(m map[string]string) func(string) (string, bool) {
 
 func TestEnvOverridesTakePrecedence(t *testing.T) {
 	t.Setenv("ELASTICPS_CAPI_TEST", "from-env")
-	if v, ok := lookupEnv("ELASTICPS_CAPI_TEST"); !ok || v != "from-env" {
-		t.Fatalf("lookupEnv = %q, %v; want the process environment's value", v, ok)
+	requireLookup := func(want, why string) {
+		t.Helper()
+		v, ok := lookupEnv("ELASTICPS_CAPI_TEST")
+		require.True(t, ok, why)
+		require.Equal(t, want, v, why)
 	}
+	requireLookup("from-env", "want the process environment's value")
 	v := "from-init"
 	setEnvOverride("ELASTICPS_CAPI_TEST", &v)
 	defer clearEnvOverrides()
-	if got, _ := lookupEnv("ELASTICPS_CAPI_TEST"); got != "from-init" {
-		t.Fatalf("lookupEnv = %q; want Environment::Init's value", got)
-	}
+	requireLookup("from-init", "want Environment::Init's value")
 	setEnvOverride("ELASTICPS_CAPI_TEST", nil)
-	if got, _ := lookupEnv("ELASTICPS_CAPI_TEST"); got != "from-env" {
-		t.Fatalf("after removing the override lookupEnv = %q; want the environment's", got)
-	}
-	if _, ok := lookupEnv("ELASTICPS_CAPI_TEST_UNSET"); ok {
-		t.Fatal("an unset variable was found")
-	}
+	requireLookup("from-env", "after removing the override, want the environment's")
+	_, ok := lookupEnv("ELASTICPS_CAPI_TEST_UNSET")
+	assert.False(t, ok, "an unset variable was found")
 }
 
 func TestNodeEnvRoleOverrideAndP3(t *testing.T) {
 	t.Setenv("DMLC_ROLE", "worker")
 	t.Setenv("DMLC_PS_VAN_TYPE", "p3")
 	get := nodeEnv(int(message.RoleServer))
-	if v, _ := get("DMLC_ROLE"); v != "server" {
-		t.Errorf("DMLC_ROLE = %q; StartPS(SERVER) must override the environment", v)
-	}
-	if v, _ := nodeEnv(-1)("DMLC_ROLE"); v != "worker" {
-		t.Errorf("DMLC_ROLE = %q; without a role the environment's applies", v)
-	}
-	if v, _ := get("DMLC_PS_VAN_TYPE"); v != "zmq" {
-		t.Errorf("DMLC_PS_VAN_TYPE = %q; MXNet's p3 runs on the zmq transport", v)
-	}
+	v, _ := get("DMLC_ROLE")
+	assert.Equal(t, "server", v, "StartPS(SERVER) must override the environment's DMLC_ROLE")
+	v, _ = nodeEnv(-1)("DMLC_ROLE")
+	assert.Equal(t, "worker", v, "without a role the environment's DMLC_ROLE applies")
+	v, _ = get("DMLC_PS_VAN_TYPE")
+	assert.Equal(t, "zmq", v, "MXNet's p3 runs on the zmq transport")
 }
 
 func TestCheckUnsupported(t *testing.T) {
@@ -75,14 +74,10 @@ func TestCheckUnsupported(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkUnsupported(env(tc.env), tc.role)
 			if tc.want == "" {
-				if err != nil {
-					t.Fatalf("unexpected error: %v", err)
-				}
+				assert.NoError(t, err)
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v; want one mentioning %s", err, tc.want)
-			}
+			assert.ErrorContains(t, err, tc.want)
 		})
 	}
 }
@@ -93,19 +88,11 @@ func (e uncomparableError) Error() string { return strings.Join(e.parts, ",") }
 
 func TestSameError(t *testing.T) {
 	a := errors.New("a")
-	if !sameError(a, a) {
-		t.Error("an error is the same as itself")
-	}
-	if sameError(a, errors.New("a")) {
-		t.Error("distinct errors with the same text are not the same")
-	}
+	assert.True(t, sameError(a, a), "an error is the same as itself")
+	assert.False(t, sameError(a, errors.New("a")), "distinct errors with the same text are not the same")
 	u := uncomparableError{[]string{"x"}}
-	if sameError(u, u) {
-		t.Error("uncomparable errors must compare false, not panic")
-	}
-	if sameError(nil, nil) {
-		t.Error("nil is not a reported error")
-	}
+	assert.False(t, sameError(u, u), "uncomparable errors must compare false, not panic")
+	assert.False(t, sameError(nil, nil), "nil is not a reported error")
 }
 
 // fakeTransport returns the queued results from Recv.
@@ -128,13 +115,13 @@ func TestRetryEINTR(t *testing.T) {
 	eintr := fmt.Errorf("van/zmq: recv: %w", syscall.EINTR)
 	f := &fakeTransport{results: []error{eintr, eintr, nil}}
 	m, err := retryEINTR{f}.Recv()
-	if err != nil || m == nil || f.calls != 3 {
-		t.Fatalf("Recv = %v, %v after %d calls; want a message after retrying two EINTRs", m, err, f.calls)
-	}
+	require.NoError(t, err, "want a message after retrying two EINTRs")
+	assert.NotNil(t, m)
+	assert.Equal(t, 3, f.calls, "Recv calls")
 	f = &fakeTransport{results: []error{van.ErrClosed}}
-	if _, err := (retryEINTR{f}).Recv(); !errors.Is(err, van.ErrClosed) {
-		t.Fatalf("Recv error %v; other errors must pass through", err)
-	}
+	_, err = retryEINTR{f}.Recv()
+	assert.ErrorIs(t, err, van.ErrClosed, "other errors must pass through")
+	assert.Equal(t, 1, f.calls, "Recv calls")
 }
 
 // A KVServer's migration handle is never called once the C++ object is
@@ -142,15 +129,10 @@ func TestRetryEINTR(t *testing.T) {
 func TestMigrationAfterClose(t *testing.T) {
 	a := &app{kind: kindServer}
 	a.closeMigration()
-	if _, err := (cMigrator{a: a}).Export(0, 10); !errors.Is(err, errServerDeleted) {
-		t.Fatalf("Export after close: %v; want errServerDeleted", err)
-	}
-	if err := (cMigrator{a: a}).Import([]byte{1}); !errors.Is(err, errServerDeleted) {
-		t.Fatalf("Import after close: %v; want errServerDeleted", err)
-	}
-	if err := (&app{kind: kindWorker}).setMigration(true); err == nil || !strings.Contains(err.Error(), "only a KVServer") {
-		t.Fatalf("setMigration on a KVWorker: %v; want an error naming KVServer", err)
-	}
+	_, err := cMigrator{a: a}.Export(0, 10)
+	assert.ErrorIs(t, err, errServerDeleted, "Export after close")
+	assert.ErrorIs(t, cMigrator{a: a}.Import([]byte{1}), errServerDeleted, "Import after close")
+	assert.ErrorContains(t, (&app{kind: kindWorker}).setMigration(true), "only a KVServer", "setMigration on a KVWorker")
 }
 
 func TestWaitSpinFromEnv(t *testing.T) {
@@ -170,15 +152,14 @@ func TestWaitSpinFromEnv(t *testing.T) {
 			m["PS_WAIT_SPIN_US"] = tc.value
 		}
 		got, err := waitSpinFromEnv(env(m))
-		if err != nil || got != tc.want {
-			t.Errorf("PS_WAIT_SPIN_US=%q (set %v): %v, %v; want %v", tc.value, tc.set, got, err, tc.want)
+		if assert.NoError(t, err, "PS_WAIT_SPIN_US=%q (set %v)", tc.value, tc.set) {
+			assert.Equal(t, tc.want, got, "PS_WAIT_SPIN_US=%q (set %v)", tc.value, tc.set)
 		}
 	}
 	for _, bad := range []string{"-1", "1000001", "ten", "1.5"} {
 		_, err := waitSpinFromEnv(env(map[string]string{"PS_WAIT_SPIN_US": bad}))
-		if err == nil || !strings.Contains(err.Error(), "PS_WAIT_SPIN_US=\""+bad+"\"") || !strings.Contains(err.Error(), "0 to 1000000") {
-			t.Errorf("PS_WAIT_SPIN_US=%q: error %v; want one naming the value and the range", bad, err)
-		}
+		assert.ErrorContains(t, err, "PS_WAIT_SPIN_US=\""+bad+"\"", "the error names the value")
+		assert.ErrorContains(t, err, "0 to 1000000", "the error names the range")
 	}
 }
 
@@ -193,9 +174,7 @@ func TestWaiterWordDoesNotAllocate(t *testing.T) {
 	var word uint32
 	w := unsafe.Pointer(&word)
 	allocs := testing.AllocsPerRun(100, func() { notifierSink = waiterWord{w} })
-	if allocs != 0 {
-		t.Fatalf("a waiterWord as a kv.Notifier costs %v allocations, want 0", allocs)
-	}
+	assert.Zero(t, allocs, "allocations of a waiterWord as a kv.Notifier")
 }
 
 // TestCopiedBySend checks the bound under which KVServer::Response passes
@@ -215,8 +194,6 @@ func TestCopiedBySend(t *testing.T) {
 		{"lens at the threshold", kv.KVPairs{Keys: make([]uint64, 1), Lens: make([]int32, n/4)}, false},
 	}
 	for _, c := range cases {
-		if got := copiedBySend(c.res); got != c.want {
-			t.Errorf("%s: copiedBySend = %v, want %v", c.name, got, c.want)
-		}
+		assert.Equal(t, c.want, copiedBySend(c.res), "%s: copiedBySend", c.name)
 	}
 }

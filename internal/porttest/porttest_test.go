@@ -4,6 +4,11 @@ import (
 	"fmt"
 	"net"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/testutil"
 )
 
 // listenOn binds 127.0.0.1:port, as a node's transport does.
@@ -13,9 +18,7 @@ func listenOn(port int) (net.Listener, error) {
 
 func TestStartRetryingStartsAgainAfterAPortClash(t *testing.T) {
 	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer held.Close()
 	ports := []int{held.Addr().(*net.TCPAddr).Port} // the first start gets a taken port
 	starts, stops := 0, 0
@@ -28,30 +31,13 @@ func TestStartRetryingStartsAgainAfterAPortClash(t *testing.T) {
 		return listenOn(port)
 	}, func(net.Listener) { stops++ })
 	defer l.Close()
-	if starts != 2 || stops != 1 {
-		t.Fatalf("%d starts and %d stops, want 2 and 1", starts, stops)
-	}
-}
-
-// fatalRecorder stops StartRetrying at its Fatal, as testing.T does, and
-// keeps the message.
-type fatalRecorder struct {
-	testing.TB
-	fatal string
-}
-
-type stopped struct{}
-
-func (r *fatalRecorder) Fatal(args ...any) {
-	r.fatal = fmt.Sprint(args...)
-	panic(stopped{})
+	assert.Equal(t, 2, starts, "starts")
+	assert.Equal(t, 1, stops, "stops")
 }
 
 func TestStartRetryingGivesUp(t *testing.T) {
 	held, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer held.Close()
 	port := held.Addr().(*net.TCPAddr).Port
 	for _, c := range []struct {
@@ -63,22 +49,13 @@ func TestStartRetryingGivesUp(t *testing.T) {
 		{"another error", func() (net.Listener, error) { return nil, fmt.Errorf("scheduler unreachable") }, 1, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := &fatalRecorder{TB: t}
 			starts, stops := 0, 0
-			func() {
-				defer func() {
-					if p := recover(); p != nil && p != (stopped{}) {
-						panic(p)
-					}
-				}()
-				StartRetrying(r, func() (net.Listener, error) { starts++; return c.start() }, func(net.Listener) { stops++ })
-			}()
-			if r.fatal == "" {
-				t.Fatal("StartRetrying returned instead of failing the test")
-			}
-			if starts != c.wantStarts || stops != c.wantStops {
-				t.Fatalf("%d starts and %d stops, want %d and %d (failure: %s)", starts, stops, c.wantStarts, c.wantStops, r.fatal)
-			}
+			f := testutil.CatchFailure(t, func(tb testing.TB) {
+				StartRetrying(tb, func() (net.Listener, error) { starts++; return c.start() }, func(net.Listener) { stops++ })
+			})
+			require.True(t, f.Stopped, "StartRetrying returned instead of failing the test")
+			assert.Equal(t, c.wantStarts, starts, "starts (failure: %s)", f.Message)
+			assert.Equal(t, c.wantStops, stops, "stops (failure: %s)", f.Message)
 		})
 	}
 }
