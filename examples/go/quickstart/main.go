@@ -73,24 +73,24 @@ func work(po *postoffice.Postoffice, w *kv.Worker, rounds int) error {
 			vals = append(vals, float32(len(keys)))
 		}
 	}
-	for range rounds {
-		ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+	// wait completes the operation that Push or Pull just started.
+	wait := func(ts int32, err error) error {
 		if err != nil {
 			return err
 		}
-		if err := w.Wait(ts); err != nil {
+		return w.Wait(ts)
+	}
+	for range rounds {
+		if err := wait(kv.Push(w, keys, vals, nil, kv.Options{})); err != nil {
 			return err
 		}
 	}
+	// Every worker's pushes are in before anyone pulls.
 	if err := po.Barrier(0, message.WorkerGroup); err != nil {
 		return err
 	}
 	var got []float32
-	ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
-	if err != nil {
-		return err
-	}
-	if err := w.Wait(ts); err != nil {
+	if err := wait(kv.Pull(w, keys, &got, nil, kv.Options{})); err != nil {
 		return err
 	}
 	for i, k := range keys {
