@@ -62,7 +62,23 @@ compat: bridge
 compat-fabric: deps
 	$(MAKE) -C compat_tests run-fabric
 
-test: fmt-check vet staticcheck unit unit-tcp rdma compat compat-fabric
+# The quick-start programs of README.md (examples/), each built and run as a
+# local job: a worker whose pulled sums are not exact exits non-zero, which
+# fails the job, and every worker must print its "exact" line.
+.PHONY: examples
+examples: build bridge
+	$(GO) build -o $(BIN)/quickstart ./examples/go/quickstart
+	$(CXX) -std=c++11 -O2 -Wall -Wextra -Werror -I cbridge/include -o $(BIN)/quickstart-cpp \
+	  examples/cpp/quickstart.cc cbridge/build/libps.a -lzmq -lpthread -ldl -lm
+	@for prog in "-s 2 -w 2 -- ./$(BIN)/quickstart" "-s 1 -w 2 -- ./$(BIN)/quickstart-cpp"; do \
+	  echo "elasticps local $$prog"; \
+	  out=$$(./$(BIN)/elasticps local --timeout 2m $$prog) || { echo "$$out"; exit 1; }; \
+	  echo "$$out"; \
+	  n=$$(grep -c ' exact' <<<"$$out"); \
+	  if [ "$$n" -ne 2 ]; then echo "examples: $$n of 2 workers reported exact sums"; exit 1; fi; \
+	done
+
+test: fmt-check vet staticcheck unit unit-tcp rdma compat compat-fabric examples
 
 clean:
 	rm -rf $(BIN) cbridge/build cbridge/build-rdma cbridge/deps compat_tests/build compat_tests/build-rdma
