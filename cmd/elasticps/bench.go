@@ -17,7 +17,7 @@ import (
 
 const benchUsage = `usage: elasticps bench [flags]
 
-Runs the transport benchmark matrix of spec section 8 on local jobs (one
+Runs the transport benchmark matrix of ps-lite's measurements (docs/performance.md) on local jobs (one
 scheduler, S servers and W worker processes of this executable): KV push and
 pull of one key per server, the value split evenly over the servers, the
 servers answering at once; each cell sequential (wait after every op) and

@@ -342,7 +342,7 @@ func printTable(w io.Writer, rs []*result, o Config) {
 		how = fmt.Sprintf("%d ops per cell and worker", o.Count)
 	}
 	fmt.Fprintf(w, "elasticps bench: %s, pipe depth %d, median of %d run(s); MB/s = 10^6 B/s summed over workers; latency per op in µs\n", how, o.Depth, o.Repeat)
-	fmt.Fprintf(w, "baseline: dmlc ps-lite on this machine kind (spec section 8; its latency is the mean of sequential ops)\n\n")
+	fmt.Fprintf(w, "baseline: dmlc ps-lite on this machine kind (docs/performance.md; its latency is the mean of sequential ops)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "van\tSxW\tsize\top\tmode\tMB/s\tp50\tp99\tmean\t\tdmlc MB/s\tx goodput\tdmlc lat\tx latency\t"
 	if len(o.CXX) > 0 {

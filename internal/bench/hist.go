@@ -105,7 +105,7 @@ func histFromPairs(p [][2]int64, sum, n int64) *hist {
 }
 
 // baseline is one row of the measured dmlc ps-lite numbers of
-// spec/pslite-reference.md section 8 (loopback, 2 vCPU, this machine kind):
+// docs/performance.md (loopback, 2 vCPU, this machine kind):
 // goodput in MB/s (10^6 bytes) summed over workers and, for the sequential
 // cells, the mean latency per operation in microseconds.
 type baseline struct {
