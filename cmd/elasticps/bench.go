@@ -17,12 +17,13 @@ import (
 
 const benchUsage = `usage: elasticps bench [flags]
 
-Runs the transport benchmark matrix of ps-lite's measurements (docs/performance.md) on local jobs (one
-scheduler, S servers and W worker processes of this executable): KV push and
-pull of one key per server, the value split evenly over the servers, the
-servers answering at once; each cell sequential (wait after every op) and
-pipelined (--depth ops in flight). Prints goodput (MB/s = 10^6 B/s, summed
-over workers) and per-op latency next to the measured dmlc ps-lite numbers.
+Runs the transport benchmark matrix of ps-lite's measurements
+(docs/performance.md) on local jobs (one scheduler, S servers and W worker
+processes of this executable): KV push and pull of one key per server, the
+value split evenly over the servers, the servers answering at once; each cell
+sequential (wait after every op) and pipelined (--depth ops in flight).
+Prints goodput (MB/s = 10^6 B/s, summed over workers) and per-op latency next
+to the measured dmlc ps-lite numbers.
 
 flags:
 `
