@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
@@ -230,7 +231,11 @@ func elasticWorker(po *postoffice.Postoffice) error {
 // its barrier) and returns the worker with a function that waits for an
 // operation: do(kv.Push(...)).
 func startedWorker(po *postoffice.Postoffice) (*kv.Worker, func(int32, error) error, error) {
-	w, err := kv.NewWorker(po, 0, 0)
+	en, err := elastic.Open(po)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := en.NewWorker(0, 0)
 	if err != nil {
 		return nil, nil, err
 	}
