@@ -13,7 +13,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
-	"github.com/elasticps/elasticps/van/vantest/anyvan"
+	"github.com/elasticps/elasticps/van/anyvan"
 )
 
 // job is a whole ps-lite job (scheduler, servers, workers) running in this

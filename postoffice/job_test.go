@@ -11,7 +11,7 @@ import (
 
 	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/van/vantest/anyvan"
+	"github.com/elasticps/elasticps/van/anyvan"
 	"github.com/elasticps/elasticps/van/zmq"
 	"github.com/stretchr/testify/require"
 )
