@@ -77,7 +77,7 @@ func tryStartJob(t testing.TB, numServers, numWorkers int, opt jobOptions) (*job
 	}
 	newNode := func(role message.Role) *postoffice.Postoffice {
 		t.Helper()
-		tr, err := anyvan.New(base.Logger)
+		tr, err := anyvan.FromTestEnv(base.Logger)
 		if err != nil {
 			t.Fatal(err)
 		}
