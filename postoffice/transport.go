@@ -9,8 +9,9 @@ import (
 // NewTransport creates the transport that cfg.VanType names (ps-lite's
 // Van::Create) with anyvan.Open: "zmq" (the default; wire-compatible with
 // C++ ps-lite), "tcp" (pure Go, faster, for jobs whose nodes are all
-// elasticps), or "ibverbs" / "fabric" (van/rdma, in builds with -tags
-// rdma; the BytePS fork's RDMA tunables come from the environment).
+// elasticps), "ibverbs" / "fabric" (van/rdma, in builds with -tags rdma;
+// the BytePS fork's RDMA tunables come from the environment), or "mem"
+// (in-process jobs only).
 func NewTransport(cfg Config) (van.Transport, error) {
 	host := cfg.NodeHost
 	if cfg.Role == message.RoleScheduler {

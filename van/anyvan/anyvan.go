@@ -12,15 +12,17 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/memvan"
 	"github.com/elasticps/elasticps/van/rdma"
 	"github.com/elasticps/elasticps/van/tcp"
 	"github.com/elasticps/elasticps/van/zmq"
 )
 
 // Kinds is the list of van names Open accepts, for error messages.
-const Kinds = "zmq, tcp, ibverbs or fabric"
+const Kinds = "zmq, tcp, ibverbs, fabric or mem"
 
 // Open returns an unbound transport of the given kind:
 //
@@ -30,6 +32,9 @@ const Kinds = "zmq, tcp, ibverbs or fabric"
 //     rdma.ErrNotBuilt), with the BytePS fork's tunables read from the
 //     environment by rdma.ConfigFromEnv (BYTEPS_RDMA_*, FI_PROVIDER,
 //     DMLC_INTERFACE);
+//   - "mem": van/memvan, on one network shared by every "mem" transport
+//     Open returns in this process, so that a job run inside one process
+//     (tests) can use it.
 //
 // Every van gets opts (see van.Options for which van reads what).
 func Open(kind string, opts van.Options) (van.Transport, error) {
@@ -45,9 +50,14 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 		}
 		cfg.Options = opts
 		return ok(rdma.New(cfg))
+	case "mem":
+		return ok(memNetwork().NewTransport(opts))
 	}
 	return nil, fmt.Errorf("anyvan: unknown van %q: use %s", kind, Kinds)
 }
+
+// memNetwork is the process's network for Open("mem").
+var memNetwork = sync.OnceValue(memvan.NewNetwork)
 
 // ok turns a (concrete pointer, error) pair into an interface that is nil
 // on error, never a typed nil.
@@ -64,7 +74,7 @@ func ok[T van.Transport](t T, err error) (van.Transport, error) {
 //
 //	ELASTICPS_TEST_VAN=fabric go test -tags rdma ./kv/ ./postoffice/
 //
-// zmq (the default) and tcp need nothing more; fabric and ibverbs need
+// zmq (the default), tcp and mem need nothing more; fabric and ibverbs need
 // a build with -tags rdma (see van/rdma), and ibverbs an RDMA device. For
 // fabric, FI_PROVIDER picks the libfabric provider (unset: libfabric's
 // first choice for 127.0.0.1, tcp;ofi_rxm on a plain Linux host).
