@@ -44,13 +44,13 @@ func (e *FrameError) Unwrap() error { return e.Err }
 // it to (the receive loop, then the one consumer it dispatches the message
 // to); its frames may be views of transport memory (van/zmq: C memory) or
 // pooled buffers the transport wants back. Before the owner lets go of it,
-// the message gets exactly one of:
+// the message must get Release or Detach:
 //
-//   - Release, once its owner has read it for the last time;
+//   - Release, once, after its owner's last read of it;
 //   - Detach, when it is kept, dropped or handed to code that is not known
 //     to Release it; after Detach it is ordinary Go memory, owned like any
-//     other value, and may still be Released later (once) by whoever ends
-//     up owning it.
+//     other value, which whoever ends up owning it may still Release (once)
+//     or simply drop.
 //
 // Skipping both leaks transport memory on transports whose frames are
 // views; elsewhere it only costs the reuse of the message's buffers.

@@ -93,7 +93,7 @@ func TestKind() string {
 func FromTestEnv(logger *slog.Logger) (van.Transport, error) {
 	tr, err := Open(TestKind(), van.Options{Host: "127.0.0.1", Logger: logger})
 	if err != nil {
-		return nil, fmt.Errorf("anyvan: %s=%q: %w", TestEnvVar, TestKind(), err)
+		return nil, fmt.Errorf("%s=%q: %w", TestEnvVar, TestKind(), err)
 	}
 	return tr, nil
 }
