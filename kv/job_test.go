@@ -13,7 +13,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
-	"github.com/elasticps/elasticps/van/vantest/anyvan"
+	"github.com/elasticps/elasticps/van/anyvan"
 )
 
 // job is a whole ps-lite job (scheduler, servers, workers) running in this
@@ -77,7 +77,7 @@ func tryStartJob(t testing.TB, numServers, numWorkers int, opt jobOptions) (*job
 	}
 	newNode := func(role message.Role) *postoffice.Postoffice {
 		t.Helper()
-		tr, err := anyvan.New(base.Logger)
+		tr, err := anyvan.FromTestEnv(base.Logger)
 		if err != nil {
 			t.Fatal(err)
 		}

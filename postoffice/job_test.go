@@ -11,8 +11,8 @@ import (
 
 	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/van/vantest/anyvan"
-	"github.com/elasticps/elasticps/van/zmq"
+	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/anyvan"
 	"github.com/stretchr/testify/require"
 )
 
@@ -33,7 +33,7 @@ func newNode(t *testing.T, role message.Role, ns, nw, port int, mod func(*Config
 	if mod != nil {
 		mod(&cfg)
 	}
-	tr, err := anyvan.New(cfg.Logger)
+	tr, err := anyvan.FromTestEnv(cfg.Logger)
 	require.NoError(t, err)
 	p, err := New(cfg, tr)
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestHeartbeatsAndDeadNodes(t *testing.T) {
 // A garbage frame at a node's port is rejected and counted; the node keeps
 // serving barriers.
 func TestGarbageFrameRejected(t *testing.T) {
-	if anyvan.Name() != "zmq" {
+	if anyvan.TestKind() != "zmq" {
 		t.Skip("sends raw ZeroMQ frames; van/vantest covers malformed input for every van")
 	}
 	j := startJob(t, 1, 1, nil)
@@ -182,7 +182,7 @@ func TestGarbageFrameRejected(t *testing.T) {
 	_, _ = c.Write([]byte("GET / HTTP/1.0\r\n\r\n\x00\xff\xfe"))
 	c.Close()
 	// a real ZeroMQ peer sending a malformed meta
-	tr, err := zmq.New(zmq.Config{Logger: quietLogger()})
+	tr, err := anyvan.Open("zmq", van.Options{Logger: quietLogger()})
 	require.NoError(t, err)
 	defer tr.Close()
 	require.NoError(t, tr.Connect(srv, 77))

@@ -1,50 +1,24 @@
 package postoffice
 
 import (
-	"fmt"
-
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
-	"github.com/elasticps/elasticps/van/rdma"
-	"github.com/elasticps/elasticps/van/tcp"
-	"github.com/elasticps/elasticps/van/zmq"
+	"github.com/elasticps/elasticps/van/anyvan"
 )
 
-// NewTransport creates the transport that cfg.VanType names
-// (ps-lite's Van::Create): "zmq" (the default; wire-compatible with C++
-// ps-lite), "tcp" (pure Go, faster, for jobs whose nodes are all
-// elasticps), or "ibverbs" / "fabric" (van/rdma, in builds with -tags rdma).
+// NewTransport creates the transport that cfg.VanType names (ps-lite's
+// Van::Create) with anyvan.Open: "zmq" (the default; wire-compatible with
+// C++ ps-lite), "tcp" (pure Go, faster, for jobs whose nodes are all
+// elasticps), "ibverbs" / "fabric" (van/rdma, in builds with -tags rdma;
+// the BytePS fork's RDMA tunables come from the environment), or "mem"
+// (in-process jobs only).
 func NewTransport(cfg Config) (van.Transport, error) {
-	switch cfg.VanType {
-	case "", "zmq":
-		return zmq.New(zmq.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll, KeepMalloc: cfg.KeepMalloc, Logger: cfg.logger()})
-	case "tcp":
-		return tcp.New(tcp.Config{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll, Logger: cfg.logger()})
-	case "ibverbs", "fabric":
-		return newRDMA(cfg)
-	}
-	return nil, fmt.Errorf("postoffice: unknown van type %q (DMLC_PS_VAN_TYPE): use zmq, tcp, ibverbs or fabric", cfg.VanType)
-}
-
-// newRDMA opens van/rdma with the BytePS fork's RDMA tunables from the
-// environment (BYTEPS_RDMA_*, FI_PROVIDER, DMLC_INTERFACE). Without the
-// rdma build tag it returns rdma.ErrNotBuilt.
-func newRDMA(cfg Config) (van.Transport, error) {
-	rc, err := rdma.ConfigFromEnv(rdma.Backend(cfg.VanType), OSEnv)
-	if err != nil {
-		return nil, err
-	}
-	rc.Host = cfg.NodeHost
+	host := cfg.NodeHost
 	if cfg.Role == message.RoleScheduler {
-		rc.Host = cfg.SchedulerHost
+		host = cfg.SchedulerHost
 	}
-	rc.BindAll = cfg.BindAll
-	rc.Logger = cfg.logger()
-	t, err := rdma.New(rc)
-	if err != nil {
-		return nil, err // not a typed nil inside the interface
-	}
-	return t, nil
+	return anyvan.Open(cfg.VanType, van.Options{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
+		Host: host, KeepMalloc: cfg.KeepMalloc, Logger: cfg.logger()})
 }
 
 // Open creates a node with the transport cfg selects.

@@ -1,12 +1,15 @@
 // Package van defines the Transport interface that moves Messages between
-// nodes. It knows nothing of the control protocol (ADD_NODE, barriers, ...):
-// that lives in package postoffice. Implementations: van/zmq (wire-compatible
-// with ps-lite), and later van/tcp and van/rdma.
+// nodes, and the Options every transport shares. It knows nothing of the
+// control protocol (ADD_NODE, barriers, ...): that lives in package
+// postoffice. Implementations: van/zmq (wire-compatible with ps-lite),
+// van/tcp (pure Go), van/rdma (ibverbs, libfabric) and van/memvan (in
+// memory, for tests); van/anyvan opens any of them by name.
 package van
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van/internal/recvmsg"
@@ -30,10 +33,29 @@ func (e *FrameError) Error() string {
 func (e *FrameError) Unwrap() error { return e.Err }
 
 // Transport is what the control plane needs from a network: ps-lite's four
-// van hooks (Bind, Connect, SendMsg, RecvMsg) plus Close.
+// van hooks (Bind, Connect, SendMsg, RecvMsg), Close, and the two calls
+// that end a received message's lifetime (Release, Detach).
 //
 // Concurrency: Send and Connect may be called from many goroutines at once;
-// Recv is called from exactly one goroutine (the node's receive loop).
+// Recv is called from exactly one goroutine (the node's receive loop);
+// Release and Detach from any goroutine, at any time, also after Close.
+//
+// Message lifetime. A message Recv returns is owned by whoever Recv handed
+// it to (the receive loop, then the one consumer it dispatches the message
+// to); its frames may be views of transport memory (van/zmq: C memory) or
+// pooled buffers the transport wants back. Before the owner lets go of it,
+// the message must get Release or Detach:
+//
+//   - Release, once, after its owner's last read of it;
+//   - Detach, when it is kept, dropped or handed to code that is not known
+//     to Release it; after Detach it is ordinary Go memory, owned like any
+//     other value, which whoever ends up owning it may still Release (once)
+//     or simply drop.
+//
+// Skipping both leaks transport memory on transports whose frames are
+// views; elsewhere it only costs the reuse of the message's buffers.
+// Calling them directly on the Transport is all it takes: there is nothing
+// to assert, and a wrapper that embeds a Transport inherits them.
 type Transport interface {
 	// Bind starts listening at node.Hostname:node.Port. Port 0 or Empty picks
 	// a free port; if the port is taken it retries up to maxRetry random
@@ -58,9 +80,90 @@ type Transport interface {
 	// the transport was closed.
 	Recv() (*message.Message, error)
 
+	// Release gives msg, which this transport's Recv returned, back to
+	// the transport: its buffers, and the Message itself, which a later
+	// Recv may return again. Nothing of msg (Meta, Data, slices of its
+	// frames kept elsewhere) may be read or written afterwards, and msg is
+	// released at most once; a second concurrent release is refused and
+	// counted (ReleasedTwice). Never pass it a message built by hand or
+	// received by another transport: its buffers would be recycled.
+	Release(msg *message.Message)
+
+	// Detach makes msg safe to keep without Release: frames that are views
+	// of transport memory are copied into Go memory and the originals
+	// freed; slices of those frames taken before Detach become invalid.
+	// It may be called any number of times, before Release, on any message
+	// (it does nothing to frames that are not views, so messages built by
+	// hand are fine).
+	Detach(msg *message.Message)
+
 	// Close stops the transport. A goroutine blocked in Recv returns
 	// ErrClosed. Close is idempotent.
 	Close() error
+}
+
+// Options are the settings every transport shares; each van's Config
+// embeds them (zmq.Config, tcp.Config, rdma.Config, memvan takes none of
+// them but Limits). The zero value is usable: each field documents its
+// default and which vans read it.
+type Options struct {
+	// Local selects same-host endpoints (ps-lite's DMLC_LOCAL=1): IPC
+	// sockets ipc:///tmp/<port> for van/zmq, Unix sockets for van/tcp.
+	// All nodes of a job must agree on it. Ignored by van/rdma. Default
+	// false.
+	Local bool
+
+	// WaterMark bounds, in messages, what Send queues for a peer that
+	// cannot take them yet, after which Send blocks (ps-lite's
+	// DMLC_PS_WATER_MARK). 0 means 1000 (libzmq's default); negative
+	// values are rejected. Ignored by van/rdma, which has SendDepth.
+	WaterMark int
+
+	// BindAll makes Bind listen on 0.0.0.0 whatever the node's hostname
+	// (ps-lite's DMLC_USE_KUBERNETES for the scheduler, whose advertised
+	// name is a service address that is not a local interface). Default
+	// false.
+	BindAll bool
+
+	// Host is the local address the transport opens its device on
+	// (DMLC_NODE_HOST, or the scheduler's DMLC_PS_ROOT_URI). Only van/rdma
+	// needs it before Bind (the fabric endpoint binds it; the ibverbs
+	// backend picks the device behind it); empty leaves the choice to the
+	// library. The socket vans bind the hostname given to Bind.
+	Host string
+
+	// KeepMalloc leaves the process's malloc settings alone; only van/zmq
+	// changes them (see zmq.Config). Default false.
+	KeepMalloc bool
+
+	// Limits bounds what Recv accepts; zero fields take DefaultLimits.
+	Limits Limits
+
+	// Logger receives the transport's debug logs (binds, connects, dropped
+	// connections). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns o with Limits and Logger filled in, or an error
+// naming van (e.g. "van/tcp") for values no transport can honour.
+func (o Options) WithDefaults(van string) (Options, error) {
+	if o.WaterMark < 0 {
+		return o, fmt.Errorf("%s: Options.WaterMark must not be negative", van)
+	}
+	if o.Limits.MaxFrames < 0 || o.Limits.MaxMessageBytes < 0 {
+		return o, fmt.Errorf("%s: Options.Limits must not be negative", van)
+	}
+	def := DefaultLimits()
+	if o.Limits.MaxFrames == 0 {
+		o.Limits.MaxFrames = def.MaxFrames
+	}
+	if o.Limits.MaxMessageBytes == 0 {
+		o.Limits.MaxMessageBytes = def.MaxMessageBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o, nil
 }
 
 // Limits bounds what a transport accepts from the network.

@@ -16,10 +16,14 @@ import (
 // error other than a malformed message as fatal. van/zmq retries EINTR
 // itself; this keeps that guarantee for whichever transport the node uses.
 // An interrupted receive was waiting for a new message (the parts of a
-// message are delivered together), so retrying loses nothing.
+// message are delivered together), so retrying loses nothing. Release and
+// Detach are the embedded transport's own: the message lifetime passes
+// through unchanged.
 type retryEINTR struct {
 	van.Transport
 }
+
+var _ van.Transport = retryEINTR{}
 
 func (t retryEINTR) Recv() (*message.Message, error) {
 	for {
@@ -28,23 +32,5 @@ func (t retryEINTR) Recv() (*message.Message, error) {
 			continue
 		}
 		return m, err
-	}
-}
-
-// Release hands a received message's buffers back to the transport (see
-// postoffice.Release); without it the wrapper would hide the transport's
-// buffer reuse and every large message would cost a fresh allocation.
-func (t retryEINTR) Release(m *message.Message) {
-	if r, ok := t.Transport.(interface{ Release(*message.Message) }); ok {
-		r.Release(m)
-	}
-}
-
-// Detach forwards to the transport (see postoffice.Detach); hiding it would
-// leave messages for consumers that do not release holding transport memory
-// forever.
-func (t retryEINTR) Detach(m *message.Message) {
-	if d, ok := t.Transport.(interface{ Detach(*message.Message) }); ok {
-		d.Detach(m)
 	}
 }

@@ -63,7 +63,6 @@ package rdma
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -103,15 +102,18 @@ func (e *Error) Error() string {
 
 // Config configures a Transport. Only Backend is required; every other zero
 // field takes the default documented on it.
+//
+// Of the shared van.Options: Host is the local address the device is
+// opened on (the fabric endpoint binds it, and the ibverbs backend picks the
+// RDMA device behind it); BindAll and Limits as everywhere, where senders
+// ask for at most Limits.MaxMessageBytes of the receiver's memory; Logger
+// receives the device choice (Info) and connection events (Debug). Local,
+// WaterMark and KeepMalloc are unused.
 type Config struct {
+	van.Options
+
 	// Backend is Verbs or Fabric.
 	Backend Backend
-
-	// Host is the local address the device is opened on (DMLC_NODE_HOST,
-	// or the scheduler's DMLC_PS_ROOT_URI): the fabric endpoint binds it,
-	// and the ibverbs backend picks the RDMA device behind it. Empty leaves
-	// the choice to the library.
-	Host string
 
 	// Provider is the libfabric provider (Fabric only), e.g. "tcp;ofi_rxm",
 	// "efa" or "verbs;ofi_rxm". Empty leaves the choice to libfabric, which
@@ -123,14 +125,6 @@ type Config struct {
 	// the ibverbs backend should use; empty means the interface that owns
 	// the node's address. Only used to pick and log the device.
 	Interface string
-
-	// BindAll makes Bind listen on 0.0.0.0 whatever the node's hostname
-	// (the scheduler under DMLC_USE_KUBERNETES).
-	BindAll bool
-
-	// Limits bounds what Recv accepts; zero fields take van.DefaultLimits.
-	// Senders ask for at most MaxMessageBytes of the receiver's memory.
-	Limits van.Limits
 
 	// SendDepth is the number of writes one link may have in flight
 	// (BYTEPS_RDMA_START_DEPTH). A Send beyond it waits for a completion.
@@ -162,10 +156,6 @@ type Config struct {
 	// ConnectTimeout bounds how long a Send waits for the connection that
 	// Connect started (the peer may not be listening yet). Default 60s.
 	ConnectTimeout time.Duration
-
-	// Logger receives the device choice (Info) and connection events
-	// (Debug). Default slog.Default().
-	Logger *slog.Logger
 }
 
 // withDefaults returns cfg with every zero field replaced by its default,
@@ -179,15 +169,12 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("van/rdma: unknown backend %q: use %q or %q", cfg.Backend, Verbs, Fabric)
 	}
 	if cfg.SendDepth < 0 || cfg.RxDepth < 0 || cfg.AddressPoolSize < 0 || cfg.MaxRecvMemory < 0 ||
-		cfg.CachedSlotsPerKey < 0 || cfg.ConnectTimeout < 0 || cfg.Limits.MaxFrames < 0 || cfg.Limits.MaxMessageBytes < 0 {
+		cfg.CachedSlotsPerKey < 0 || cfg.ConnectTimeout < 0 {
 		return cfg, errors.New("van/rdma: Config fields must not be negative")
 	}
-	def := van.DefaultLimits()
-	if cfg.Limits.MaxFrames == 0 {
-		cfg.Limits.MaxFrames = def.MaxFrames
-	}
-	if cfg.Limits.MaxMessageBytes == 0 {
-		cfg.Limits.MaxMessageBytes = def.MaxMessageBytes
+	var err error
+	if cfg.Options, err = cfg.Options.WithDefaults("van/rdma"); err != nil {
+		return cfg, err
 	}
 	if cfg.SendDepth == 0 {
 		cfg.SendDepth = 128
@@ -209,9 +196,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 60 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	return cfg, nil
 }

@@ -18,7 +18,7 @@ import (
 // Raw messages are images written by a second transport straight into a
 // slot the receiver granted, bypassing every check of Send.
 var factory = vantest.Factory{
-	New: func(t testing.TB, opt vantest.Options) van.Transport {
+	New: func(t testing.TB, opt van.Options) van.Transport {
 		cfg := fabricConfig()
 		cfg.Limits = opt.Limits
 		tr, err := New(cfg)
@@ -74,10 +74,6 @@ func TestConformance(t *testing.T) { vantest.Run(t, factory) }
 
 func BenchmarkConformanceRoundTrip(b *testing.B) {
 	for _, size := range []int{4 << 10, 1 << 20} {
-		name := "4KB"
-		if size == 1<<20 {
-			name = "1MB"
-		}
-		b.Run(name, func(b *testing.B) { vantest.BenchRoundTrip(b, factory, size, false) })
+		b.Run(vantest.SizeName(size), func(b *testing.B) { vantest.BenchRoundTrip(b, factory, size, false) })
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van/vantest"
 )
 
 // A peer that writes a message and then goes away (Close after a final
@@ -33,7 +34,7 @@ func TestWriteCompletionAfterPeerClosed(t *testing.T) {
 	// Warm up: the link is established and works.
 	_, err = sender.Send(controlMsg(workerID, message.CmdAddNode))
 	require.NoError(t, err)
-	m := mustRecv(t, recver.Transport)
+	m := vantest.MustRecv(t, recver.Transport)
 	require.Equal(t, int32(schedulerID), m.Meta.Sender)
 
 	// Hold the receiver's progress goroutine right after it granted the
@@ -97,7 +98,7 @@ func TestWriteCompletionAfterPeerClosed(t *testing.T) {
 	released = true
 	close(release)
 
-	m, err = recvWithin(t, recver.Transport)
+	m, err = vantest.RecvWithin(t, recver.Transport)
 	require.NoError(t, err, "the message written before the peer closed was rejected")
 	require.Equal(t, message.CmdBarrier, m.Meta.Control.Cmd)
 	require.Equal(t, int32(77), m.Meta.Timestamp)

@@ -3,8 +3,9 @@
 package rdma
 
 import (
-	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // Without the rdma tag the package builds everywhere and says how to get
@@ -12,15 +13,10 @@ import (
 func TestNotBuilt(t *testing.T) {
 	for _, b := range []Backend{Verbs, Fabric} {
 		tr, err := New(Config{Backend: b})
-		if tr != nil || !errors.Is(err, ErrNotBuilt) {
-			t.Fatalf("New(%s) = %v, %v; want ErrNotBuilt", b, tr, err)
-		}
+		assert.Nil(t, tr, "New(%s)", b)
+		assert.ErrorIs(t, err, ErrNotBuilt, "New(%s)", b)
 	}
-	if _, err := New(Config{}); err == nil || errors.Is(err, ErrNotBuilt) {
-		t.Fatalf("an invalid Config is reported as such, got %v", err)
-	}
-	const want = "van/rdma: built without the rdma tag: rebuild with -tags rdma and libibverbs-dev, librdmacm-dev, libfabric-dev installed"
-	if ErrNotBuilt.Error() != want {
-		t.Fatalf("ErrNotBuilt = %q", ErrNotBuilt)
-	}
+	_, err := New(Config{})
+	assert.ErrorContains(t, err, "Backend is empty", "an invalid Config is reported as such")
+	assert.EqualError(t, ErrNotBuilt, "van/rdma: built without the rdma tag: rebuild with -tags rdma and libibverbs-dev, librdmacm-dev, libfabric-dev installed")
 }

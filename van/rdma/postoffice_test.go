@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van/rdma"
@@ -32,36 +35,25 @@ func TestSelectedFromEnvironment(t *testing.T) {
 			env[k] = v
 		}
 		cfg, err := postoffice.ConfigFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
-		if err != nil {
-			t.Fatalf("%s=%s: %v", tc.key, tc.val, err)
-		}
-		if cfg.VanType != tc.want {
-			t.Fatalf("%s=%s: VanType %q, want %q", tc.key, tc.val, cfg.VanType, tc.want)
-		}
+		require.NoError(t, err, "%s=%s", tc.key, tc.val)
+		assert.Equal(t, tc.want, cfg.VanType, "%s=%s", tc.key, tc.val)
 	}
 	env := map[string]string{"DMLC_ENABLE_RDMA": "ucx"}
 	for k, v := range base {
 		env[k] = v
 	}
-	if _, err := postoffice.ConfigFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err == nil {
-		t.Fatal("DMLC_ENABLE_RDMA=ucx accepted")
-	}
+	_, err := postoffice.ConfigFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	assert.Error(t, err, "DMLC_ENABLE_RDMA=ucx accepted")
 
 	cfg := postoffice.Config{Role: message.RoleWorker, NumWorkers: 1, NumServers: 1, SchedulerHost: "127.0.0.1",
 		SchedulerPort: 9091, NodeHost: "127.0.0.1", VanType: "fabric",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	tr, err := postoffice.NewTransport(cfg)
-	switch {
-	case errors.Is(err, rdma.ErrNotBuilt):
-		if tr != nil {
-			t.Fatal("a failed NewTransport returned a non-nil transport")
-		}
-	case err != nil:
-		t.Fatalf("fabric over the default provider: %v", err)
-	default:
-		if _, ok := tr.(*rdma.Transport); !ok {
-			t.Fatalf("NewTransport returned %T", tr)
-		}
-		_ = tr.Close()
+	if errors.Is(err, rdma.ErrNotBuilt) {
+		assert.Nil(t, tr, "a failed NewTransport returns a nil transport")
+		return
 	}
+	require.NoError(t, err, "fabric over the default provider")
+	assert.IsType(t, &rdma.Transport{}, tr)
+	assert.NoError(t, tr.Close())
 }

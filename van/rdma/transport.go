@@ -111,8 +111,6 @@ type Transport struct {
 	afterBatch atomic.Pointer[func([]event)]
 }
 
-var _ van.Transport = (*Transport)(nil)
-
 // peer is what Connect asked for: a node id at an address under an
 // identity, and the link that serves it once dialled.
 type peer struct {

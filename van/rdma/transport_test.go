@@ -21,6 +21,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/vantest"
 )
 
 // These tests run the libfabric backend for real on 127.0.0.1 (provider
@@ -30,7 +31,7 @@ const (
 	schedulerID = 1
 	serverID    = 8
 	workerID    = 9
-	recvTimeout = 10 * time.Second
+	recvTimeout = vantest.RecvTimeout
 )
 
 func testProvider() string {
@@ -48,7 +49,7 @@ func quiet() *slog.Logger {
 }
 
 func fabricConfig() Config {
-	return Config{Backend: Fabric, Host: "127.0.0.1", Provider: testProvider(), Logger: quiet()}
+	return Config{Options: van.Options{Host: "127.0.0.1", Logger: quiet()}, Backend: Fabric, Provider: testProvider()}
 }
 
 type testNode struct {
@@ -82,33 +83,6 @@ func pair(t testing.TB, cfg Config) (server, worker *testNode) {
 	require.NoError(t, worker.Connect(server.node, workerID))
 	require.NoError(t, server.Connect(worker.node, serverID))
 	return server, worker
-}
-
-func recvWithin(t testing.TB, tr *Transport) (*message.Message, error) {
-	t.Helper()
-	type result struct {
-		msg *message.Message
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		m, err := tr.Recv()
-		ch <- result{m, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.msg, r.err
-	case <-time.After(recvTimeout):
-		t.Fatalf("no message within %v", recvTimeout)
-		return nil, nil
-	}
-}
-
-func mustRecv(t testing.TB, tr *Transport) *message.Message {
-	t.Helper()
-	m, err := recvWithin(t, tr)
-	require.NoError(t, err)
-	return m
 }
 
 func controlMsg(to int32, cmd message.Command) *message.Message {
@@ -177,7 +151,7 @@ func TestExchangeBothWaysWithIdentities(t *testing.T) {
 	n, err := sched.Send(out)
 	require.NoError(t, err)
 	assert.Equal(t, len(message.EncodeMeta(&out.Meta)), n)
-	got := mustRecv(t, worker.Transport)
+	got := vantest.MustRecv(t, worker.Transport)
 	assert.Equal(t, int32(schedulerID), got.Meta.Sender)
 	assert.Equal(t, int32(workerID), got.Meta.Recver)
 	assert.Equal(t, message.CmdBarrier, got.Meta.Control.Cmd)
@@ -188,7 +162,7 @@ func TestExchangeBothWaysWithIdentities(t *testing.T) {
 	back.Meta.Control.MsgSig = 42
 	_, err = worker.Send(back)
 	require.NoError(t, err)
-	got = mustRecv(t, sched.Transport)
+	got = vantest.MustRecv(t, sched.Transport)
 	assert.Equal(t, int32(workerID), got.Meta.Sender)
 	assert.Equal(t, uint64(42), got.Meta.Control.MsgSig)
 
@@ -203,7 +177,7 @@ func TestExchangeBothWaysWithIdentities(t *testing.T) {
 	reg.Meta.Control.Nodes = []message.Node{me}
 	_, err = anon.Send(reg)
 	require.NoError(t, err)
-	got = mustRecv(t, sched.Transport)
+	got = vantest.MustRecv(t, sched.Transport)
 	assert.Equal(t, message.Empty, got.Meta.Sender, "anonymous peer")
 	require.Len(t, got.Meta.Control.Nodes, 1)
 	assert.Equal(t, me, got.Meta.Control.Nodes[0])
@@ -213,7 +187,7 @@ func TestExchangeBothWaysWithIdentities(t *testing.T) {
 	require.NoError(t, anon.Connect(sched.node, 11))
 	_, err = anon.Send(controlMsg(schedulerID, message.CmdHeartbeat))
 	require.NoError(t, err)
-	got = mustRecv(t, sched.Transport)
+	got = vantest.MustRecv(t, sched.Transport)
 	assert.Equal(t, int32(11), got.Meta.Sender)
 }
 
@@ -236,26 +210,26 @@ func TestKVRequestsUseCachedAndLandingSlots(t *testing.T) {
 			// push
 			_, err := worker.Send(kvMsg(serverID, ts, true, false, u64s(k), val, nil))
 			require.NoError(t, err)
-			req := mustRecv(t, server.Transport)
+			req := vantest.MustRecv(t, server.Transport)
 			require.Equal(t, int32(workerID), req.Meta.Sender)
 			require.Equal(t, u64s(k), req.Data[0])
 			require.Equal(t, val, req.Data[1])
 			store[k] = req.Data[1]
 			_, err = server.Send(response(req))
 			require.NoError(t, err)
-			ack := mustRecv(t, worker.Transport)
+			ack := vantest.MustRecv(t, worker.Transport)
 			require.False(t, ack.Meta.Request)
 			require.Equal(t, ts, ack.Meta.Timestamp)
 			ts++
 			// pull: empty vals frame out, values back
 			_, err = worker.Send(kvMsg(serverID, ts, false, true, u64s(k), nil, nil))
 			require.NoError(t, err)
-			req = mustRecv(t, server.Transport)
+			req = vantest.MustRecv(t, server.Transport)
 			require.Empty(t, req.Data[1])
 			require.NotNil(t, req.Data[1])
 			_, err = server.Send(response(req, u64s(k), store[k]))
 			require.NoError(t, err)
-			got := mustRecv(t, worker.Transport)
+			got := vantest.MustRecv(t, worker.Transport)
 			require.Equal(t, val, got.Data[1], "key %d round %d", k, round)
 			ts++
 		}
@@ -285,7 +259,7 @@ func TestBufferReuse(t *testing.T) {
 				clear(buf) // what a careless caller does right after Send
 			}
 			for i := range 8 {
-				got := mustRecv(t, server.Transport)
+				got := vantest.MustRecv(t, server.Transport)
 				require.Equal(t, int32(i), got.Meta.Timestamp)
 				require.True(t, bytes.Equal(pattern(len(buf), byte(i)), got.Data[1]), "message %d", i)
 			}
@@ -312,7 +286,7 @@ func TestEmptyAndOddFrames(t *testing.T) {
 		require.NoError(t, err)
 	}
 	for _, want := range cases {
-		got := mustRecv(t, server.Transport)
+		got := vantest.MustRecv(t, server.Transport)
 		require.Len(t, got.Data, len(want.Data))
 		for i := range want.Data {
 			assert.Equal(t, len(want.Data[i]), len(got.Data[i]))
@@ -359,7 +333,7 @@ func TestOrderAcrossPaths(t *testing.T) {
 	}
 	next := make([]int32, senders)
 	for range senders * per {
-		got := mustRecv(t, server.Transport)
+		got := vantest.MustRecv(t, server.Transport)
 		c := got.Meta.CustomerID
 		require.Equal(t, next[c], got.Meta.Timestamp, "sender %d", c)
 		next[c]++
@@ -374,7 +348,7 @@ func TestBigMessagesAndLimits(t *testing.T) {
 	big := pattern(7<<20, 3)
 	_, err := worker.Send(kvMsg(serverID, 1, true, false, u64s(9), big, nil))
 	require.NoError(t, err)
-	got := mustRecv(t, server.Transport)
+	got := vantest.MustRecv(t, server.Transport)
 	require.True(t, bytes.Equal(big, got.Data[1]))
 
 	_, err = worker.Send(kvMsg(serverID, 2, true, false, u64s(9), make([]byte, 9<<20), nil))
@@ -385,13 +359,13 @@ func TestBigMessagesAndLimits(t *testing.T) {
 	server.cfg.Limits.MaxMessageBytes = 1 << 20
 	_, err = worker.Send(kvMsg(serverID, 3, true, false, u64s(1, 2), make([]byte, 2<<20), nil))
 	require.ErrorContains(t, err, "refuses")
-	_, err = recvWithin(t, server.Transport)
+	_, err = vantest.RecvWithin(t, server.Transport)
 	var fe *van.FrameError
 	require.ErrorAs(t, err, &fe, "the receiver reports what it refused")
 	assert.Equal(t, "ps9", fe.Peer)
 	_, err = worker.Send(controlMsg(serverID, message.CmdHeartbeat))
 	require.NoError(t, err)
-	assert.Equal(t, message.CmdHeartbeat, mustRecv(t, server.Transport).Meta.Control.Cmd)
+	assert.Equal(t, message.CmdHeartbeat, vantest.MustRecv(t, server.Transport).Meta.Control.Cmd)
 }
 
 // TestGarbageOnBootstrapPort: junk on the TCP bootstrap port is rejected,
@@ -414,7 +388,7 @@ func TestGarbageOnBootstrapPort(t *testing.T) {
 	require.Eventually(t, func() bool { return server.stats.Garbage.Load() >= 5 }, 15*time.Second, 10*time.Millisecond)
 	_, err := worker.Send(controlMsg(serverID, message.CmdHeartbeat))
 	require.NoError(t, err)
-	assert.Equal(t, message.CmdHeartbeat, mustRecv(t, server.Transport).Meta.Control.Cmd)
+	assert.Equal(t, message.CmdHeartbeat, vantest.MustRecv(t, server.Transport).Meta.Control.Cmd)
 }
 
 // TestMalformedImageIsAFrameError writes a corrupt image into a slot the
@@ -433,7 +407,7 @@ func TestMalformedImageIsAFrameError(t *testing.T) {
 			_, err := worker.Send(controlMsg(serverID, message.CmdHeartbeat))
 			return err == nil
 		}, 10*time.Second, 10*time.Millisecond)
-		require.Equal(t, message.CmdHeartbeat, mustRecv(t, server.Transport).Meta.Control.Cmd)
+		require.Equal(t, message.CmdHeartbeat, vantest.MustRecv(t, server.Transport).Meta.Control.Cmd)
 		l, err := worker.linkTo(serverID)
 		require.NoError(t, err)
 
@@ -457,7 +431,7 @@ func TestMalformedImageIsAFrameError(t *testing.T) {
 		corrupt(b)
 		o := &op{link: l, buf: buf}
 		require.NoError(t, worker.post(l, o, []sge{{addr: uintptr(buf.p), len: uint64(total), desc: buf.mr.desc}}, target))
-		_, err = recvWithin(t, server.Transport)
+		_, err = vantest.RecvWithin(t, server.Transport)
 		var fe *van.FrameError
 		require.ErrorAs(t, err, &fe, "case %d", i)
 		assert.Equal(t, "ps9", fe.Peer)
@@ -530,7 +504,7 @@ func TestConfigValidation(t *testing.T) {
 	assert.ErrorContains(t, err, "unknown backend")
 	_, err = New(Config{Backend: Fabric, SendDepth: -1})
 	assert.Error(t, err)
-	_, err = New(Config{Backend: Fabric, Provider: "no-such-provider", Host: "127.0.0.1"})
+	_, err = New(Config{Options: van.Options{Host: "127.0.0.1"}, Backend: Fabric, Provider: "no-such-provider"})
 	assert.ErrorContains(t, err, "fi_getinfo")
 }
 

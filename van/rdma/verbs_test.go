@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van"
 )
 
 // TestVerbsWithoutDevice: on a host with no RDMA device (this one, CI) the
@@ -18,7 +19,7 @@ import (
 // must open, bind and close cleanly.
 func TestVerbsWithoutDevice(t *testing.T) {
 	start := time.Now()
-	tr, err := New(Config{Backend: Verbs, Logger: quiet()})
+	tr, err := New(Config{Options: van.Options{Logger: quiet()}, Backend: Verbs})
 	if err == nil {
 		defer tr.Close()
 		_, err = tr.Bind(message.Node{Hostname: "127.0.0.1"}, 0)
@@ -30,14 +31,14 @@ func TestVerbsWithoutDevice(t *testing.T) {
 }
 
 func TestPickDeviceNamesTheInterface(t *testing.T) {
-	_, err := pickDevice(Config{Host: "127.0.0.1"})
+	_, err := pickDevice(Config{Options: van.Options{Host: "127.0.0.1"}})
 	if err == nil {
 		t.Skip("loopback is backed by an RDMA device here (rxe/siw)")
 	}
 	assert.ErrorContains(t, err, "no RDMA device backs interface lo")
 	_, err = pickDevice(Config{Interface: "no-such-if"})
 	assert.ErrorContains(t, err, "no network interface named no-such-if*")
-	_, err = pickDevice(Config{Host: "192.0.2.255"})
+	_, err = pickDevice(Config{Options: van.Options{Host: "192.0.2.255"}})
 	assert.ErrorContains(t, err, "not an address of this host")
 	c, err := pickDevice(Config{})
 	require.NoError(t, err)

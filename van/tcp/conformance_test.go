@@ -15,8 +15,8 @@ import (
 )
 
 var factory = vantest.Factory{
-	New: func(t testing.TB, opt vantest.Options) van.Transport {
-		tr, err := New(Config{Limits: opt.Limits, WaterMark: opt.WaterMark})
+	New: func(t testing.TB, opt van.Options) van.Transport {
+		tr, err := New(Config{Options: opt})
 		require.NoError(t, err)
 		return tr
 	},
@@ -48,21 +48,4 @@ func rawMessage(frames ...[]byte) []byte {
 
 func TestConformance(t *testing.T) { vantest.Run(t, factory) }
 
-func BenchmarkRoundTrip(b *testing.B) {
-	for _, size := range []int{4 << 10, 1 << 20} {
-		for _, release := range []bool{false, true} {
-			name := sizeName(size)
-			if release {
-				name += "/release"
-			}
-			b.Run(name, func(b *testing.B) { vantest.BenchRoundTrip(b, factory, size, release) })
-		}
-	}
-}
-
-func sizeName(n int) string {
-	if n >= 1<<20 {
-		return strconv.Itoa(n>>20) + "MB"
-	}
-	return strconv.Itoa(n>>10) + "KB"
-}
+func BenchmarkRoundTrip(b *testing.B) { vantest.BenchRoundTrips(b, factory) }

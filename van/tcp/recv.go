@@ -87,6 +87,10 @@ func (t *Transport) Release(msg *message.Message) {
 	}
 }
 
+// Detach implements van.Transport: it does nothing, since every frame Recv
+// delivers is Go memory already.
+func (t *Transport) Detach(*message.Message) {}
+
 // deliver hands an item to Recv; false once the transport is closed.
 func (t *Transport) deliver(it inItem) bool {
 	select {

@@ -69,35 +69,20 @@ import (
 )
 
 // Config configures a Transport. The zero value is usable.
+//
+// Of the shared van.Options: Local listens and dials on Unix sockets
+// /tmp/elasticps-tcp-<port> instead of TCP. WaterMark bounds, in messages,
+// the queue of a peer that is not connected (yet, or again after a drop);
+// Send blocks when it is full. A connected peer has no queue: Send writes
+// to the socket and blocks while the kernel's buffer is full. A message
+// above Limits is rejected (a *van.FrameError) and its connection closed,
+// since the sender is broken. Host and KeepMalloc are unused.
 type Config struct {
-	// Local listens and dials on Unix sockets /tmp/elasticps-tcp-<port>
-	// instead of TCP (ps-lite's DMLC_LOCAL=1). All nodes of a job must
-	// agree on it. Default false.
-	Local bool
-
-	// WaterMark bounds, in messages, the queue of a peer that is not
-	// connected (yet, or again after a drop); Send blocks when it is full
-	// (ps-lite's DMLC_PS_WATER_MARK). 0 means 1000, libzmq's default;
-	// negative values are rejected. A connected peer has no queue: Send
-	// writes to the socket and blocks while the kernel's buffer is full.
-	WaterMark int
-
-	// BindAll makes Bind listen on 0.0.0.0 whatever the node's hostname
-	// (ps-lite's DMLC_USE_KUBERNETES for the scheduler).
-	BindAll bool
-
-	// Limits bounds what Recv accepts; zero fields take van.DefaultLimits.
-	// A message above them is rejected (a *van.FrameError) and its
-	// connection closed, since the sender is broken.
-	Limits van.Limits
+	van.Options
 
 	// HandshakeTimeout bounds how long an accepted connection may take to
 	// send its hello. Default 10 s.
 	HandshakeTimeout time.Duration
-
-	// Logger receives debug logs of binds, connects and dropped
-	// connections. Default slog.Default().
-	Logger *slog.Logger
 }
 
 const (
@@ -121,18 +106,9 @@ const (
 )
 
 func (cfg Config) withDefaults() (Config, error) {
-	if cfg.WaterMark < 0 {
-		return cfg, errors.New("van/tcp: Config.WaterMark must not be negative")
-	}
-	if cfg.Limits.MaxFrames < 0 || cfg.Limits.MaxMessageBytes < 0 {
-		return cfg, errors.New("van/tcp: Config.Limits must not be negative")
-	}
-	def := van.DefaultLimits()
-	if cfg.Limits.MaxFrames == 0 {
-		cfg.Limits.MaxFrames = def.MaxFrames
-	}
-	if cfg.Limits.MaxMessageBytes == 0 {
-		cfg.Limits.MaxMessageBytes = def.MaxMessageBytes
+	var err error
+	if cfg.Options, err = cfg.Options.WithDefaults("van/tcp"); err != nil {
+		return cfg, err
 	}
 	if cfg.Limits.MaxFrames > maxFramesLimit {
 		return cfg, fmt.Errorf("van/tcp: Config.Limits.MaxFrames above %d", maxFramesLimit)
@@ -142,9 +118,6 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = defaultHandshakeTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	return cfg, nil
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van"
 )
 
 // RequireRoundTripsDoNotAllocate fails t unless RoundTripAllocs is 0 for
@@ -24,22 +25,19 @@ func RequireRoundTripsDoNotAllocate(t *testing.T, f Factory) {
 // its own and releases the request, and the worker receives the answer and
 // releases it (what kv.Worker and kv.Server do). Both ends run on the
 // calling goroutine, so the count is the transports' own (their background
-// goroutines included). f's transport must be a Releaser. Recv is called
-// directly (a timeout would allocate): each message was sent just before,
+// goroutines included). Recv is called directly (a timeout would allocate): each message was sent just before,
 // over loopback.
 func RoundTripAllocs(t *testing.T, f Factory, size int) float64 {
-	server := newNode(t, f, Options{}, message.RoleServer, serverID)
-	worker := newNode(t, f, Options{}, message.RoleWorker, workerID)
+	server := newNode(t, f, van.Options{}, message.RoleServer, serverID)
+	worker := newNode(t, f, van.Options{}, message.RoleWorker, workerID)
 	require.NoError(t, worker.Connect(server.node, workerID))
 	require.NoError(t, server.Connect(worker.node, serverID))
-	srvRel, ok := server.Transport.(Releaser)
-	require.True(t, ok, "the transport does not implement Release")
-	wrkRel := worker.Transport.(Releaser)
 
 	keys := U64s(42)
 	req := KVMsg(serverID, 0, true, false, keys, make([]byte, size), []byte{0, 0, 0, 0})
 	resp := KVMsg(workerID, 0, false, false, keys, make([]byte, size), []byte{0, 0, 0, 0})
 	resp.Meta.Request = false
+	// t.Fatal, not require: boxing the checked values would allocate.
 	exchange := func() {
 		if _, err := worker.Send(req); err != nil {
 			t.Fatal(err)
@@ -55,7 +53,7 @@ func RoundTripAllocs(t *testing.T, f Factory, size int) float64 {
 		if _, err := server.Send(resp); err != nil {
 			t.Fatal(err)
 		}
-		srvRel.Release(in)
+		server.Release(in)
 		out, err := worker.Recv()
 		if err != nil {
 			t.Fatal(err)
@@ -63,7 +61,7 @@ func RoundTripAllocs(t *testing.T, f Factory, size int) float64 {
 		if len(out.Data) != 3 || len(out.Data[1]) != size {
 			t.Fatalf("response has %d frames, want 3 with %d value bytes", len(out.Data), size)
 		}
-		wrkRel.Release(out)
+		worker.Release(out)
 	}
 	for range 50 { // connect, size buffers, fill pools
 		exchange()

@@ -2,6 +2,7 @@ package vantest
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,17 +14,12 @@ import (
 // BenchRoundTrip measures a KV-shaped request (keys, vals, lens) of size
 // value bytes from a worker to a server that echoes it back, over loopback.
 // Throughput counts both directions. With release, both ends give received
-// messages back to a Releaser transport (what a releasing consumer does).
+// messages back to the transport (what a releasing consumer does).
 func BenchRoundTrip(b *testing.B, f Factory, size int, release bool) {
-	server := newNode(b, f, Options{}, message.RoleServer, serverID)
-	worker := newNode(b, f, Options{}, message.RoleWorker, workerID)
+	server := newNode(b, f, van.Options{}, message.RoleServer, serverID)
+	worker := newNode(b, f, van.Options{}, message.RoleWorker, workerID)
 	require.NoError(b, worker.Connect(server.node, workerID))
 	require.NoError(b, server.Connect(worker.node, serverID))
-	srvRel, _ := server.Transport.(Releaser)
-	wrkRel, _ := worker.Transport.(Releaser)
-	if !release {
-		srvRel, wrkRel = nil, nil
-	}
 
 	echoErr := make(chan error, 1)
 	go func() {
@@ -46,8 +42,8 @@ func BenchRoundTrip(b *testing.B, f Factory, size int, release bool) {
 				echoErr <- err
 				return
 			}
-			if srvRel != nil {
-				srvRel.Release(m)
+			if release {
+				server.Release(m)
 			}
 		}
 	}()
@@ -66,11 +62,34 @@ func BenchRoundTrip(b *testing.B, f Factory, size int, release bool) {
 		if len(m.Data) != 3 || len(m.Data[1]) != size {
 			b.Fatalf("echo has %d frames, want 3 with %d value bytes", len(m.Data), size)
 		}
-		if wrkRel != nil {
-			wrkRel.Release(m)
+		if release {
+			worker.Release(m)
 		}
 	}
 	b.StopTimer()
 	require.NoError(b, server.Close())
 	require.NoError(b, <-echoErr)
+}
+
+// BenchRoundTrips runs BenchRoundTrip for 4 KB and 1 MB values, with and
+// without release, as sub-benchmarks named "4KB", "4KB/release", ...
+func BenchRoundTrips(b *testing.B, f Factory) {
+	for _, size := range []int{4 << 10, 1 << 20} {
+		for _, release := range []bool{false, true} {
+			name := SizeName(size)
+			if release {
+				name += "/release"
+			}
+			b.Run(name, func(b *testing.B) { BenchRoundTrip(b, f, size, release) })
+		}
+	}
+}
+
+// SizeName names a byte count the way benchmark names show it: "4KB",
+// "1MB" (whole KiB or MiB, rounded down).
+func SizeName(n int) string {
+	if n >= 1<<20 {
+		return strconv.Itoa(n>>20) + "MB"
+	}
+	return strconv.Itoa(n>>10) + "KB"
 }

@@ -21,7 +21,7 @@ type node struct {
 // newNode returns a transport bound to a free port on 127.0.0.1, connected
 // to itself (as ps-lite nodes are, which also tells it its own id), and
 // closed at the end of the test.
-func newNode(t testing.TB, f Factory, opt Options, role message.Role, id int32) *node {
+func newNode(t testing.TB, f Factory, opt van.Options, role message.Role, id int32) *node {
 	t.Helper()
 	tr := f.New(t, opt)
 	t.Cleanup(func() { assert.NoError(t, tr.Close()) })
@@ -38,9 +38,10 @@ func newNode(t testing.TB, f Factory, opt Options, role message.Role, id int32) 
 	return &node{Transport: tr, node: n}
 }
 
-// recvWithin calls Recv and fails the test if nothing arrives in time. On
-// timeout the Recv goroutine stays blocked until the transport is closed.
-func recvWithin(t testing.TB, tr van.Transport) (*message.Message, error) {
+// RecvWithin calls tr.Recv and fails the test if nothing arrives within
+// RecvTimeout. On timeout the Recv goroutine stays blocked until tr is
+// closed.
+func RecvWithin(t testing.TB, tr van.Transport) (*message.Message, error) {
 	t.Helper()
 	type result struct {
 		msg *message.Message
@@ -54,15 +55,16 @@ func recvWithin(t testing.TB, tr van.Transport) (*message.Message, error) {
 	select {
 	case r := <-ch:
 		return r.msg, r.err
-	case <-time.After(recvTimeout):
-		t.Fatalf("no message within %v", recvTimeout)
+	case <-time.After(RecvTimeout):
+		t.Fatalf("no message within %v", RecvTimeout)
 		return nil, nil
 	}
 }
 
-func mustRecv(t testing.TB, tr van.Transport) *message.Message {
+// MustRecv is RecvWithin that also fails the test on a Recv error.
+func MustRecv(t testing.TB, tr van.Transport) *message.Message {
 	t.Helper()
-	m, err := recvWithin(t, tr)
+	m, err := RecvWithin(t, tr)
 	require.NoError(t, err)
 	return m
 }
@@ -70,7 +72,7 @@ func mustRecv(t testing.TB, tr van.Transport) *message.Message {
 // frameErr receives and asserts that the next message was rejected.
 func frameErr(t *testing.T, tr van.Transport) *van.FrameError {
 	t.Helper()
-	_, err := recvWithin(t, tr)
+	_, err := RecvWithin(t, tr)
 	var fe *van.FrameError
 	require.ErrorAs(t, err, &fe)
 	return fe
@@ -111,7 +113,7 @@ func U64s(vs ...uint64) []byte {
 // deadPort returns a loopback port nobody listens on.
 func deadPort(t testing.TB, f Factory) int32 {
 	t.Helper()
-	tr := f.New(t, Options{})
+	tr := f.New(t, van.Options{})
 	n := message.NewNode(message.RoleServer)
 	n.Hostname = "127.0.0.1"
 	port, err := tr.Bind(n, 0)

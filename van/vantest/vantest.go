@@ -3,8 +3,10 @@
 // Factory that knows how to create it and how to speak its wire protocol
 // raw, for the malformed-input tests.
 //
-// The tests use real sockets on 127.0.0.1 and never assert on wall time;
-// timeouts only turn a hang into a failure.
+// The tests use real sockets on 127.0.0.1 (except for an InMemory
+// transport) and never assert on wall time; timeouts only turn a hang into
+// a failure. RecvWithin and MustRecv are the receive-with-timeout of every
+// van's own tests too.
 package vantest
 
 import (
@@ -15,17 +17,11 @@ import (
 	"github.com/elasticps/elasticps/van"
 )
 
-// Options configure a transport under test. Zero fields mean the
-// transport's defaults.
-type Options struct {
-	Limits    van.Limits
-	WaterMark int
-}
-
 // Factory describes a transport to the suite.
 type Factory struct {
-	// New returns an unbound transport.
-	New func(t testing.TB, opt Options) van.Transport
+	// New returns an unbound transport configured with opt; the suite sets
+	// only Limits and WaterMark, zero fields meaning the defaults.
+	New func(t testing.TB, opt van.Options) van.Transport
 
 	// Raw returns a sender that delivers exactly the given frames (frame 0
 	// is the meta) as one message to the transport bound at to, announcing
@@ -38,20 +34,19 @@ type Factory struct {
 	// (true) or are dropped silently before Recv sees anything (false, as
 	// libzmq does during its handshake).
 	GarbageReported bool
-}
 
-// Releaser is implemented by transports whose received messages may come
-// from a pool: Release(msg) gives them back, after which nothing of msg may
-// be read. It is optional.
-type Releaser interface {
-	Release(msg *message.Message)
+	// InMemory says the transport has no port a socket can reach (van/memvan),
+	// so GarbageOnPortIsSurvived, which writes to one, is skipped.
+	InMemory bool
 }
 
 const (
 	schedulerID = 1
 	serverID    = 8
 	workerID    = 9
-	recvTimeout = 10 * time.Second
+	// RecvTimeout is how long RecvWithin waits: long enough for a loaded
+	// machine, short enough that a hang fails the test.
+	RecvTimeout = 10 * time.Second
 )
 
 // Run runs the conformance suite against f.

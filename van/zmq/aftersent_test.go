@@ -42,8 +42,8 @@ func TestAfterSent(t *testing.T) {
 	require.NoError(t, err)
 	var ran atomic.Int32
 	AfterSent(func() { ran.Add(1) }, big)
-	mustRecv(t, server.Transport) // the small one
-	m := mustRecv(t, server.Transport)
+	vantest.MustRecv(t, server.Transport) // the small one
+	m := vantest.MustRecv(t, server.Transport)
 	require.Len(t, m.Data[1], len(big))
 	require.EqualValues(t, 7, m.Data[1][len(big)-1])
 	deadline := time.Now().Add(10 * time.Second)

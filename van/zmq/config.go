@@ -43,7 +43,6 @@ package zmq
 
 import (
 	"errors"
-	"log/slog"
 
 	"github.com/elasticps/elasticps/van"
 )
@@ -51,29 +50,24 @@ import (
 // Config configures a Transport. The zero value is usable: TCP on the node's
 // hostname, libzmq's default high-water mark, van.DefaultLimits, and
 // slog.Default for logging.
+//
+// Of the shared van.Options, as libzmq applies them: Local selects IPC
+// endpoints ipc:///tmp/<port> instead of tcp://host:port, for bind and
+// connect alike. WaterMark is ZMQ_SNDHWM, in messages, applied to every
+// DEALER created by Connect: when a peer falls this far behind, Send blocks
+// until it catches up (0 keeps libzmq's default, 1000). Limits bound what
+// Recv accepts, and MaxMessageBytes is also given to libzmq as
+// ZMQ_MAXMSGSIZE, so a single larger frame makes libzmq drop the offending
+// connection before it is buffered. KeepMalloc leaves the process's malloc
+// settings alone: by default the first New raises glibc malloc's mmap
+// threshold to 32 MiB and its trim threshold to 64 MiB, for the whole
+// process, unless the environment sets either (MALLOC_MMAP_THRESHOLD_,
+// MALLOC_TRIM_THRESHOLD_, or those in GLIBC_TUNABLES): libzmq mallocs
+// every received message, and with glibc's defaults large messages in
+// flight cost fresh pages each (malloc.go). The price is that up to 64 MiB
+// of freed memory per malloc arena stays with the process. Host is unused.
 type Config struct {
-	// Local selects IPC endpoints ipc:///tmp/<port> instead of
-	// tcp://host:port, for bind and connect alike (ps-lite's DMLC_LOCAL=1).
-	// All nodes of a job must agree on it. Default false.
-	Local bool
-
-	// WaterMark is ZMQ_SNDHWM, in messages, applied to every DEALER created
-	// by Connect (ps-lite's DMLC_PS_WATER_MARK). When a peer falls this far
-	// behind, Send blocks until it catches up. 0 keeps libzmq's default
-	// (1000); negative values are rejected.
-	WaterMark int
-
-	// BindAll makes Bind listen on 0.0.0.0 whatever the node's hostname
-	// (ps-lite's DMLC_USE_KUBERNETES for the scheduler, whose advertised
-	// name is a service address that is not a local interface). Default
-	// false.
-	BindAll bool
-
-	// Limits bounds what Recv accepts; zero fields take the value of
-	// van.DefaultLimits (16 data frames, 2 GiB per message). MaxMessageBytes
-	// is also given to libzmq as ZMQ_MAXMSGSIZE, so a single larger frame
-	// makes libzmq drop the offending connection before it is buffered.
-	Limits van.Limits
+	van.Options
 
 	// ZeroCopySendMin is the size, in bytes, from which Send hands a data
 	// frame to libzmq without copying it (and the caller must keep it
@@ -91,21 +85,6 @@ type Config struct {
 	// zmq message open. 0 means DefaultZeroCopyRecvMin; negative copies
 	// every frame.
 	ZeroCopyRecvMin int
-
-	// KeepMalloc leaves the process's malloc settings alone. By default
-	// the first New raises glibc malloc's mmap threshold to 32 MiB and its
-	// trim threshold to 64 MiB, for the whole process, unless the
-	// environment sets either (MALLOC_MMAP_THRESHOLD_,
-	// MALLOC_TRIM_THRESHOLD_, or those in GLIBC_TUNABLES): libzmq mallocs
-	// every received message, and with glibc's defaults large messages in
-	// flight cost fresh pages each (malloc.go). The price is that up to
-	// 64 MiB of freed memory per malloc arena stays with the process.
-	// Default false.
-	KeepMalloc bool
-
-	// Logger receives debug logs of binds and connects. Default
-	// slog.Default().
-	Logger *slog.Logger
 }
 
 // DefaultZeroCopySendMin is Config.ZeroCopySendMin's default. Measured with
@@ -128,21 +107,9 @@ var ErrNoCgo = errors.New("van/zmq: built without cgo; the ZeroMQ transport need
 // withDefaults returns cfg with every zero field replaced by its default,
 // or an error for values that cannot be honoured.
 func (cfg Config) withDefaults() (Config, error) {
-	if cfg.WaterMark < 0 {
-		return cfg, errors.New("van/zmq: Config.WaterMark must not be negative")
-	}
-	if cfg.Limits.MaxFrames < 0 || cfg.Limits.MaxMessageBytes < 0 {
-		return cfg, errors.New("van/zmq: Config.Limits must not be negative")
-	}
-	def := van.DefaultLimits()
-	if cfg.Limits.MaxFrames == 0 {
-		cfg.Limits.MaxFrames = def.MaxFrames
-	}
-	if cfg.Limits.MaxMessageBytes == 0 {
-		cfg.Limits.MaxMessageBytes = def.MaxMessageBytes
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	var err error
+	if cfg.Options, err = cfg.Options.WithDefaults("van/zmq"); err != nil {
+		return cfg, err
 	}
 	if cfg.ZeroCopyRecvMin == 0 {
 		cfg.ZeroCopyRecvMin = DefaultZeroCopyRecvMin

@@ -20,8 +20,8 @@ import (
 // messages go through a plain pebbe/zmq4 DEALER, an independent ZeroMQ
 // implementation of the same wire protocol.
 var factory = vantest.Factory{
-	New: func(t testing.TB, opt vantest.Options) van.Transport {
-		tr, err := New(Config{Limits: opt.Limits, WaterMark: opt.WaterMark})
+	New: func(t testing.TB, opt van.Options) van.Transport {
+		tr, err := New(Config{Options: opt})
 		require.NoError(t, err)
 		return tr
 	},
@@ -62,21 +62,4 @@ func TestConformance(t *testing.T) {
 	assert.Zero(t, pinnedFrames(), "every zero-copy frame was released")
 }
 
-func BenchmarkRoundTrip(b *testing.B) {
-	for _, size := range []int{4 << 10, 1 << 20} {
-		for _, release := range []bool{false, true} {
-			name := sizeName(size)
-			if release {
-				name += "/release"
-			}
-			b.Run(name, func(b *testing.B) { vantest.BenchRoundTrip(b, factory, size, release) })
-		}
-	}
-}
-
-func sizeName(n int) string {
-	if n >= 1<<20 {
-		return strconv.Itoa(n>>20) + "MB"
-	}
-	return strconv.Itoa(n>>10) + "KB"
-}
+func BenchmarkRoundTrip(b *testing.B) { vantest.BenchRoundTrips(b, factory) }

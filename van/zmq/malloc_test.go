@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/van"
 )
 
 // mallocChildEnv makes the test binary a child that opens a transport and
@@ -21,7 +23,7 @@ const mallocChildEnv = "EPS_TEST_MALLOC_CHILD"
 // environment sets them.
 func TestMallocThresholds(t *testing.T) {
 	if mode := os.Getenv(mallocChildEnv); mode != "" {
-		tr, err := New(Config{KeepMalloc: mode == "keep"})
+		tr, err := New(Config{Options: van.Options{KeepMalloc: mode == "keep"}})
 		require.NoError(t, err)
 		defer tr.Close()
 		os.Stdout.WriteString("mmapped=" + strconv.Itoa(mmappedChunks(1<<20)) + "\n")

@@ -21,7 +21,7 @@ const (
 	schedulerID = 1
 	serverID    = 8
 	workerID    = 9
-	recvTimeout = 10 * time.Second
+	recvTimeout = vantest.RecvTimeout
 )
 
 // testNode is a bound transport together with the Node others connect to.
@@ -52,39 +52,10 @@ func newNode(t testing.TB, cfg Config, role message.Role, id int32) *testNode {
 	return &testNode{Transport: tr, node: node}
 }
 
-// recvWithin calls Recv and fails the test if nothing arrives in time. On
-// timeout the Recv goroutine stays blocked until the test's Close.
-func recvWithin(t testing.TB, tr *Transport) (*message.Message, error) {
-	t.Helper()
-	type result struct {
-		msg *message.Message
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		m, err := tr.Recv()
-		ch <- result{m, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.msg, r.err
-	case <-time.After(recvTimeout):
-		t.Fatalf("no message within %v", recvTimeout)
-		return nil, nil
-	}
-}
-
-func mustRecv(t testing.TB, tr *Transport) *message.Message {
-	t.Helper()
-	m, err := recvWithin(t, tr)
-	require.NoError(t, err)
-	return m
-}
-
 // frameErr receives and asserts that the next message was rejected.
 func frameErr(t *testing.T, tr *Transport) *van.FrameError {
 	t.Helper()
-	_, err := recvWithin(t, tr)
+	_, err := vantest.RecvWithin(t, tr)
 	var fe *van.FrameError
 	require.ErrorAs(t, err, &fe)
 	return fe
@@ -133,7 +104,7 @@ func TestConnectKeepsDealer(t *testing.T) {
 		require.NoError(t, server.Connect(sched.node, serverID))
 		_, err := server.Send(controlMsg(schedulerID, message.CmdHeartbeat))
 		require.NoError(t, err)
-		assert.Equal(t, int32(serverID), mustRecv(t, sched.Transport).Meta.Sender)
+		assert.Equal(t, int32(serverID), vantest.MustRecv(t, sched.Transport).Meta.Sender)
 	}
 	server.mu.RLock()
 	assert.Same(t, before, server.peers[schedulerID])
@@ -141,7 +112,7 @@ func TestConnectKeepsDealer(t *testing.T) {
 }
 
 func TestLocalIPC(t *testing.T) {
-	cfg := Config{Local: true}
+	cfg := Config{Options: van.Options{Local: true}}
 	a := newNode(t, cfg, message.RoleServer, serverID)
 	b := newNode(t, cfg, message.RoleWorker, workerID)
 	_, err := os.Stat(ipcPath(int(a.node.Port)))
@@ -151,13 +122,13 @@ func TestLocalIPC(t *testing.T) {
 
 	_, err = b.Send(vantest.KVMsg(serverID, 1, true, false, vantest.U64s(7), []byte("hello"), nil))
 	require.NoError(t, err)
-	got := mustRecv(t, a.Transport)
+	got := vantest.MustRecv(t, a.Transport)
 	assert.Equal(t, int32(workerID), got.Meta.Sender)
 	assert.Equal(t, []byte("hello"), got.Data[1])
 
 	_, err = a.Send(controlMsg(workerID, message.CmdAck))
 	require.NoError(t, err)
-	assert.Equal(t, int32(serverID), mustRecv(t, b.Transport).Meta.Sender)
+	assert.Equal(t, int32(serverID), vantest.MustRecv(t, b.Transport).Meta.Sender)
 
 	// A live ipc address counts as taken: no silent theft of the socket
 	// file (libzmq would unlink it).
@@ -209,7 +180,7 @@ func TestBindRetryWhenPortTaken(t *testing.T) {
 		require.NoError(t, peer.Connect(at, workerID))
 		_, err = peer.Send(controlMsg(serverID, message.CmdHeartbeat))
 		require.NoError(t, err)
-		assert.Equal(t, int32(workerID), mustRecv(t, tr).Meta.Sender)
+		assert.Equal(t, int32(workerID), vantest.MustRecv(t, tr).Meta.Sender)
 	})
 	t.Run("not retried when the host is wrong", func(t *testing.T) {
 		tr, err := New(Config{})
@@ -225,7 +196,7 @@ func TestBindRetryWhenPortTaken(t *testing.T) {
 }
 
 func TestBindAll(t *testing.T) {
-	tr, err := New(Config{BindAll: true})
+	tr, err := New(Config{Options: van.Options{BindAll: true}})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, tr.Close()) }()
 	node := message.NewNode(message.RoleScheduler)
@@ -241,7 +212,7 @@ func TestBindAll(t *testing.T) {
 // TestMalformedErrorsAreSpecific checks this transport's wording for limits
 // the vantest suite checks more loosely (it covers every transport).
 func TestMalformedErrorsAreSpecific(t *testing.T) {
-	server := newNode(t, Config{Limits: van.Limits{MaxFrames: 4, MaxMessageBytes: 1 << 16}}, message.RoleServer, serverID)
+	server := newNode(t, Config{Options: van.Options{Limits: van.Limits{MaxFrames: 4, MaxMessageBytes: 1 << 16}}}, message.RoleServer, serverID)
 	pushMeta := func(types ...message.DataType) []byte {
 		m := message.NewMeta()
 		m.Request, m.Push = true, true
@@ -274,7 +245,7 @@ func TestConnectDoesNotWaitForBlockedSend(t *testing.T) {
 	deadPort := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
 
-	tr, err := New(Config{WaterMark: 1})
+	tr, err := New(Config{Options: van.Options{WaterMark: 1}})
 	require.NoError(t, err)
 	dead := message.NewNode(message.RoleServer)
 	dead.ID, dead.Hostname, dead.Port = serverID, "127.0.0.1", int32(deadPort)
@@ -303,7 +274,7 @@ func TestConnectDoesNotWaitForBlockedSend(t *testing.T) {
 	}
 	_, err = tr.Send(controlMsg(serverID, message.CmdAck))
 	require.NoError(t, err)
-	assert.Equal(t, message.CmdAck, mustRecv(t, alive.Transport).Meta.Control.Cmd)
+	assert.Equal(t, message.CmdAck, vantest.MustRecv(t, alive.Transport).Meta.Control.Cmd)
 
 	require.NoError(t, tr.Close())
 	select {
@@ -315,12 +286,12 @@ func TestConnectDoesNotWaitForBlockedSend(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
-	_, err := New(Config{WaterMark: -1})
+	_, err := New(Config{Options: van.Options{WaterMark: -1}})
 	assert.Error(t, err)
-	_, err = New(Config{Limits: van.Limits{MaxFrames: -1}})
+	_, err = New(Config{Options: van.Options{Limits: van.Limits{MaxFrames: -1}}})
 	assert.Error(t, err)
 
-	cfg, err := Config{Limits: van.Limits{MaxFrames: 3}}.withDefaults()
+	cfg, err := Config{Options: van.Options{Limits: van.Limits{MaxFrames: 3}}}.withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, 3, cfg.Limits.MaxFrames)
 	assert.Equal(t, van.DefaultLimits().MaxMessageBytes, cfg.Limits.MaxMessageBytes)

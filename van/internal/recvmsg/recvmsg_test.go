@@ -3,6 +3,9 @@ package recvmsg
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/elasticps/elasticps/message"
 )
 
@@ -10,22 +13,14 @@ func TestOfRecognisesOnlyItsOwn(t *testing.T) {
 	im := Get()
 	msg := im.Message()
 	msg.Meta.DataType = append(msg.Meta.DataType, message.Uint64, message.Float)
-	if Of(msg) != im {
-		t.Fatal("Of does not recognise a message from Get")
-	}
+	assert.Same(t, im, Of(msg), "a message from Get")
 	built := &message.Message{Meta: message.NewMeta()}
 	built.AddData(message.Uint64, []byte{1})
-	if Of(built) != nil {
-		t.Fatal("Of recognises a message built by hand")
-	}
+	assert.Nil(t, Of(built), "a message built by hand")
 	copied := *msg
-	if Of(&copied) != nil {
-		t.Fatal("Of recognises a copy of a pooled message")
-	}
+	assert.Nil(t, Of(&copied), "a copy of a pooled message")
 	Put(im)
-	if Of(msg) != nil {
-		t.Fatal("Of recognises a message already put back")
-	}
+	assert.Nil(t, Of(msg), "a message already put back")
 }
 
 // TestPutTwiceIsRefused checks that a Msg put back twice is not pooled
@@ -36,32 +31,22 @@ func TestPutTwiceIsRefused(t *testing.T) {
 	im := Get()
 	Put(im)
 	Put(im)
-	if got := Misuses() - before; got != 1 {
-		t.Fatalf("misuses counted %d, want 1", got)
-	}
+	assert.Equal(t, int64(1), Misuses()-before, "misuses counted")
 	a, b := Get(), Get()
-	if a == b {
-		t.Fatal("the pool handed out the same Msg twice")
-	}
+	assert.NotSame(t, a, b, "the pool handed out the same Msg twice")
 	Put(a)
 	Put(b)
-	if got := Misuses() - before; got != 1 {
-		t.Fatalf("misuses counted %d after good Puts, want still 1", got)
-	}
+	assert.Equal(t, int64(1), Misuses()-before, "misuses counted after good Puts")
 }
 
 func TestSmallReusesItsBuffer(t *testing.T) {
 	im := Get()
 	b := im.Small(100)
-	if len(b) != 100 || cap(b) < 100 {
-		t.Fatalf("Small(100): len %d cap %d", len(b), cap(b))
-	}
-	if c := im.Small(60); &c[0] != &b[0] {
-		t.Fatal("Small did not reuse a big enough buffer")
-	}
+	require.Len(t, b, 100)
+	assert.GreaterOrEqual(t, cap(b), 100)
+	c := im.Small(60)
+	assert.Same(t, &b[0], &c[0], "Small reuses a big enough buffer")
 	im.DropSmall()
-	if im.SmallBuf() != nil {
-		t.Fatal("DropSmall kept the buffer")
-	}
+	assert.Nil(t, im.SmallBuf(), "DropSmall forgets the buffer")
 	Put(im)
 }

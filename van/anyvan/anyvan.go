@@ -1,0 +1,99 @@
+// Package anyvan opens any van by name: Open is the one function every
+// caller uses (postoffice.NewTransport, the whole-job tests through
+// FromTestEnv), so that a transport's options and its environment are
+// read in one place.
+//
+// It is a package of its own, not part of van, because it imports the
+// transports, which import van.
+package anyvan
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/elasticps/elasticps/van"
+	"github.com/elasticps/elasticps/van/memvan"
+	"github.com/elasticps/elasticps/van/rdma"
+	"github.com/elasticps/elasticps/van/tcp"
+	"github.com/elasticps/elasticps/van/zmq"
+)
+
+// Kinds is the list of van names Open accepts, for error messages.
+const Kinds = "zmq, tcp, ibverbs, fabric or mem"
+
+// Open returns an unbound transport of the given kind:
+//
+//   - "zmq" (or ""): van/zmq, wire-compatible with C++ ps-lite;
+//   - "tcp": van/tcp, pure Go, for jobs whose nodes are all elasticps;
+//   - "ibverbs", "fabric": van/rdma (builds with -tags rdma, else
+//     rdma.ErrNotBuilt), with the BytePS fork's tunables read from the
+//     environment by rdma.ConfigFromEnv (BYTEPS_RDMA_*, FI_PROVIDER,
+//     DMLC_INTERFACE);
+//   - "mem": van/memvan, on one network shared by every "mem" transport
+//     Open returns in this process, so that a job run inside one process
+//     (tests) can use it.
+//
+// Every van gets opts (see van.Options for which van reads what).
+func Open(kind string, opts van.Options) (van.Transport, error) {
+	switch kind {
+	case "", "zmq":
+		return ok(zmq.New(zmq.Config{Options: opts}))
+	case "tcp":
+		return ok(tcp.New(tcp.Config{Options: opts}))
+	case "ibverbs", "fabric":
+		cfg, err := rdma.ConfigFromEnv(rdma.Backend(kind), os.LookupEnv)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Options = opts
+		return ok(rdma.New(cfg))
+	case "mem":
+		return ok(memNetwork().NewTransport(opts))
+	}
+	return nil, fmt.Errorf("anyvan: unknown van %q: use %s", kind, Kinds)
+}
+
+// memNetwork is the process's network for Open("mem").
+var memNetwork = sync.OnceValue(memvan.NewNetwork)
+
+// ok turns a (concrete pointer, error) pair into an interface that is nil
+// on error, never a typed nil.
+func ok[T van.Transport](t T, err error) (van.Transport, error) {
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// TestEnvVar is the environment variable that selects the transport of the
+// whole-job test suites (kv, postoffice), which so run unchanged over every
+// van:
+//
+//	ELASTICPS_TEST_VAN=fabric go test -tags rdma ./kv/ ./postoffice/
+//
+// zmq (the default), tcp and mem need nothing more; fabric and ibverbs need
+// a build with -tags rdma (see van/rdma), and ibverbs an RDMA device. For
+// fabric, FI_PROVIDER picks the libfabric provider (unset: libfabric's
+// first choice for 127.0.0.1, tcp;ofi_rxm on a plain Linux host).
+const TestEnvVar = "ELASTICPS_TEST_VAN"
+
+// TestKind returns the transport TestEnvVar selects: "zmq" when unset.
+func TestKind() string {
+	if v := strings.TrimSpace(os.Getenv(TestEnvVar)); v != "" {
+		return strings.ToLower(v)
+	}
+	return "zmq"
+}
+
+// FromTestEnv opens the transport TestEnvVar selects for a test node on
+// 127.0.0.1, logging to logger.
+func FromTestEnv(logger *slog.Logger) (van.Transport, error) {
+	tr, err := Open(TestKind(), van.Options{Host: "127.0.0.1", Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", TestEnvVar, TestKind(), err)
+	}
+	return tr, nil
+}
