@@ -20,6 +20,8 @@ type nopTransport struct{ closed chan struct{} }
 func (nopTransport) Bind(message.Node, int) (int, error) { return 0, errors.New("no network") }
 func (nopTransport) Connect(message.Node, int32) error   { return errors.New("no network") }
 func (nopTransport) Send(*message.Message) (int, error)  { return 0, errors.New("no network") }
+func (nopTransport) Release(*message.Message)            {}
+func (nopTransport) Detach(*message.Message)             {}
 func (t nopTransport) Recv() (*message.Message, error)   { <-t.closed; return nil, errors.New("closed") }
 func (t nopTransport) Close() error                      { return nil }
 func newOfflinePostoffice(t *testing.T) *postoffice.Postoffice {

@@ -222,25 +222,15 @@ func (p *Postoffice) Logger() *slog.Logger { return p.log }
 // Stats returns the node's counters.
 func (p *Postoffice) Stats() *Stats { return &p.stats }
 
-// Release hands a received message back to the transport for reuse, when
-// it pools them (van/zmq and van/tcp recycle its buffers and the Message
-// itself): nothing of m may be read afterwards, and m is released at most
-// once.
-func (p *Postoffice) Release(m *message.Message) {
-	if r, ok := p.tr.(interface{ Release(*message.Message) }); ok {
-		r.Release(m)
-	}
-}
+// Release hands a received message back to the transport (see
+// van.Transport.Release): nothing of m may be read afterwards, and m is
+// released at most once.
+func (p *Postoffice) Release(m *message.Message) { p.tr.Release(m) }
 
-// Detach makes m safe to keep without Release: a transport that delivers
-// large frames as views of its own (C) memory (van/zmq) copies them into Go
-// memory and frees the originals. Every received message that goes to a
-// consumer not known to Release it must pass through here.
-func (p *Postoffice) Detach(m *message.Message) {
-	if d, ok := p.tr.(interface{ Detach(*message.Message) }); ok {
-		d.Detach(m)
-	}
-}
+// Detach makes m safe to keep without Release (see van.Transport.Detach).
+// Every received message that goes to a consumer not known to Release it
+// must pass through here.
+func (p *Postoffice) Detach(m *message.Message) { p.tr.Detach(m) }
 
 // ReleasingCustomer is a Customer that promises to Release (or Detach)
 // every message it Accepts, and to read none of its data afterwards; only

@@ -66,6 +66,9 @@ func (t *recordingTransport) Recv() (*message.Message, error) {
 	}
 }
 
+func (t *recordingTransport) Release(*message.Message) {}
+func (t *recordingTransport) Detach(*message.Message)  {}
+
 func (t *recordingTransport) Close() error {
 	t.once.Do(func() { close(t.closed) })
 	return nil
