@@ -20,21 +20,27 @@ type Handler func(from int32, head int32, body []byte) ([]byte, error)
 // scheduler's coordinator calls nodes with it; the nodes' agents answer and
 // send their exports and reports with it. One per node.
 type Link struct {
-	app *kv.SimpleApp
-	po  *postoffice.Postoffice
+	app     *kv.SimpleApp
+	po      *postoffice.Postoffice
+	metrics *Metrics
 
 	mu      sync.Mutex
 	waiters map[int32]chan kv.SimpleData
 	handle  Handler
 }
 
-// NewLink registers the elastic app on po.
+// NewLink registers the elastic app and the elastic metrics (NewMetrics) on
+// po.
 func NewLink(po *postoffice.Postoffice) (*Link, error) {
+	m, err := NewMetrics(po.Metrics())
+	if err != nil {
+		return nil, fmt.Errorf("elastic: metrics: %w", err)
+	}
 	app, err := kv.NewSimpleApp(po, AppID, AppID)
 	if err != nil {
 		return nil, err
 	}
-	l := &Link{app: app, po: po, waiters: map[int32]chan kv.SimpleData{}}
+	l := &Link{app: app, po: po, metrics: m, waiters: map[int32]chan kv.SimpleData{}}
 	app.SetResponseHandler(func(d kv.SimpleData, _ *kv.SimpleApp) {
 		l.mu.Lock()
 		ch := l.waiters[d.Timestamp]
@@ -97,12 +103,15 @@ func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) 
 		delete(l.waiters, ts)
 		l.mu.Unlock()
 		name := MessageName(head)
-		l.po.ElasticMetrics().ControlUnansweredTotal.WithLabelValues(strconv.Itoa(int(node)), name).Inc()
+		l.metrics.ControlUnansweredTotal.WithLabelValues(strconv.Itoa(int(node)), name).Inc()
 		return nil, fmt.Errorf("elastic: node %d: %w to %s (request %d) within %v", node, ErrNoAnswer, name, ts, timeout)
 	case <-l.po.Done():
 		return nil, postoffice.ErrStopped
 	}
 }
+
+// Metrics are the elastic metrics of the link's node.
+func (l *Link) Metrics() *Metrics { return l.metrics }
 
 // Post sends a one-way request (its answer is ignored).
 func (l *Link) Post(node int32, head int32, body []byte) error {

@@ -226,7 +226,7 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 // is sent, so that a migration's export never overtakes it).
 func (s *Server) closeInflight(meta ReqMeta) {
 	if !meta.received.IsZero() {
-		s.po.ElasticMetrics().ObserveServerHandle(meta.Pull, time.Since(meta.received))
+		s.po.KVMetrics().ObserveServerHandle(meta.Pull, time.Since(meta.received))
 	}
 	if meta.admitted != nil {
 		meta.admitted.Answered()

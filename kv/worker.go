@@ -781,7 +781,7 @@ func (w *Worker) complete(o *op) {
 	if !o.start.IsZero() {
 		rtt := time.Since(o.start)
 		w.router.OperationDone(rtt, time.Duration(o.handling))
-		w.po.ElasticMetrics().ObserveRoundTrip(o.pull, rtt, time.Duration(o.handling))
+		w.po.KVMetrics().ObserveRoundTrip(o.pull, rtt, time.Duration(o.handling))
 	}
 	if o.pull && o.err == nil {
 		o.sending.Lock() // see op.sending

@@ -31,20 +31,15 @@ var nodeMetricNames = []string{
 	MetricReceiveHandOvers, MetricReleasedTwice,
 }
 
-// elasticMetricNames are the families NewElasticMetrics registers.
-var elasticMetricNames = []string{
-	"elasticps_server_request_handle_seconds", "elasticps_worker_round_trip_seconds",
-	"elasticps_server_load_bytes_per_second", "elasticps_server_load_requests_per_second",
-	"elasticps_migrations_total", "elasticps_migration_stall_seconds", "elasticps_routing_epoch",
-	"elasticps_elastic_unanswered_total",
-}
+// kvMetricNames are the families NewKVMetrics registers.
+var kvMetricNames = []string{MetricServerHandle, MetricWorkerRoundTrip}
 
-func newElastic(t testing.TB) (*Registry, *ElasticMetrics) {
+func newKV(t testing.TB) (*Registry, *KVMetrics) {
 	t.Helper()
 	r := NewRegistry()
-	em, err := NewElasticMetrics(r)
+	km, err := NewKVMetrics(r)
 	require.NoError(t, err)
-	return r, em
+	return r, km
 }
 
 // histogram returns the count and sum of the series of family name whose
@@ -91,7 +86,7 @@ func TestNewRegistryHasGoAndProcessCollectors(t *testing.T) {
 		assert.Equal(t, 1, n, name)
 	}
 	// two registries in one process (two nodes) each have their own
-	_, err := NewElasticMetrics(NewRegistry())
+	_, err := NewKVMetrics(NewRegistry())
 	require.NoError(t, err)
 	n, err := testutil.GatherAndCount(NewRegistry(), "go_goroutines")
 	require.NoError(t, err)
@@ -217,77 +212,13 @@ func TestStatsFuncsNilReadsZero(t *testing.T) {
 	assert.Equal(t, int64(5), s.ReleasedTwice())
 }
 
-// TestElasticMetricsSeries checks names, help, labels and values of the
-// elastic families that are not per request.
-func TestElasticMetricsSeries(t *testing.T) {
-	r, em := newElastic(t)
-	em.ServerLoadBytes.WithLabelValues("8").Set(1.5e9)
-	em.ServerLoadBytes.WithLabelValues("10").Set(2)
-	em.ServerLoadRequests.WithLabelValues("8").Set(1234.5)
-	em.MigrationsTotal.WithLabelValues(ResultOK).Inc()
-	em.MigrationsTotal.WithLabelValues(ResultFailed).Add(2)
-	em.MigrationStallSeconds.Observe(0.003)
-	em.MigrationStallSeconds.Observe(2)
-	em.RoutingEpoch.Set(7)
-	em.ControlUnansweredTotal.WithLabelValues("9", "routes").Add(2)
-	assert.True(t, em.ServerLoadBytes.DeleteLabelValues("10"), "a server that left")
-
-	const want = `# HELP elasticps_elastic_unanswered_total Elastic control requests a peer did not answer within the timeout, by peer node id and message.
-# TYPE elasticps_elastic_unanswered_total counter
-elasticps_elastic_unanswered_total{message="routes",node="9"} 2
-# HELP elasticps_migration_stall_seconds How long a key range migration held requests for the range.
-# TYPE elasticps_migration_stall_seconds histogram
-elasticps_migration_stall_seconds_bucket{le="0.001"} 0
-elasticps_migration_stall_seconds_bucket{le="0.005"} 1
-elasticps_migration_stall_seconds_bucket{le="0.01"} 1
-elasticps_migration_stall_seconds_bucket{le="0.05"} 1
-elasticps_migration_stall_seconds_bucket{le="0.1"} 1
-elasticps_migration_stall_seconds_bucket{le="0.25"} 1
-elasticps_migration_stall_seconds_bucket{le="0.5"} 1
-elasticps_migration_stall_seconds_bucket{le="1"} 1
-elasticps_migration_stall_seconds_bucket{le="2.5"} 2
-elasticps_migration_stall_seconds_bucket{le="5"} 2
-elasticps_migration_stall_seconds_bucket{le="10"} 2
-elasticps_migration_stall_seconds_bucket{le="30"} 2
-elasticps_migration_stall_seconds_bucket{le="60"} 2
-elasticps_migration_stall_seconds_bucket{le="+Inf"} 2
-elasticps_migration_stall_seconds_sum 2.003
-elasticps_migration_stall_seconds_count 2
-# HELP elasticps_migrations_total Key range migrations by result (ok, aborted, failed).
-# TYPE elasticps_migrations_total counter
-elasticps_migrations_total{result="aborted"} 0
-elasticps_migrations_total{result="failed"} 2
-elasticps_migrations_total{result="ok"} 1
-# HELP elasticps_routing_epoch Version of the routing table in force.
-# TYPE elasticps_routing_epoch gauge
-elasticps_routing_epoch 7
-# HELP elasticps_server_load_bytes_per_second Measured load of a server in payload bytes per second, by server id.
-# TYPE elasticps_server_load_bytes_per_second gauge
-elasticps_server_load_bytes_per_second{server="8"} 1.5e+09
-# HELP elasticps_server_load_requests_per_second Measured load of a server in requests per second, by server id.
-# TYPE elasticps_server_load_requests_per_second gauge
-elasticps_server_load_requests_per_second{server="8"} 1234.5
-`
-	assert.NoError(t, testutil.GatherAndCompare(r, strings.NewReader(want),
-		"elasticps_elastic_unanswered_total", "elasticps_migration_stall_seconds", "elasticps_migrations_total",
-		"elasticps_routing_epoch", "elasticps_server_load_bytes_per_second", "elasticps_server_load_requests_per_second"))
-	assert.Equal(t, 2.0, testutil.ToFloat64(em.ControlUnansweredTotal))
-	assert.Equal(t, 7.0, testutil.ToFloat64(em.RoutingEpoch))
-}
-
-// TestElasticMetricsStartResolved: the series known in advance exist at 0
-// from the start, so rate() sees their first increment.
-func TestElasticMetricsStartResolved(t *testing.T) {
-	r, _ := newElastic(t)
+// TestKVMetricsStartResolved: every series exists at 0 from the start, so
+// rate() sees its first observation.
+func TestKVMetricsStartResolved(t *testing.T) {
+	r, _ := newKV(t)
 	for name, want := range map[string]int{
-		"elasticps_server_request_handle_seconds":   2, // push, pull
-		"elasticps_worker_round_trip_seconds":       6, // push, pull x total, handling, network
-		"elasticps_migrations_total":                3, // ok, aborted, failed
-		"elasticps_migration_stall_seconds":         1,
-		"elasticps_routing_epoch":                   1,
-		"elasticps_server_load_bytes_per_second":    0, // servers are known later
-		"elasticps_server_load_requests_per_second": 0,
-		"elasticps_elastic_unanswered_total":        0,
+		MetricServerHandle:    2, // push, pull
+		MetricWorkerRoundTrip: 6, // push, pull x total, handling, network
 	} {
 		n, err := testutil.GatherAndCount(r, name)
 		require.NoError(t, err)
@@ -301,10 +232,10 @@ func TestElasticMetricsStartResolved(t *testing.T) {
 }
 
 func TestObserveServerHandle(t *testing.T) {
-	r, em := newElastic(t)
-	em.ObserveServerHandle(false, 300*time.Microsecond)
-	em.ObserveServerHandle(false, 700*time.Microsecond)
-	em.ObserveServerHandle(true, 20*time.Second)
+	r, km := newKV(t)
+	km.ObserveServerHandle(false, 300*time.Microsecond)
+	km.ObserveServerHandle(false, 700*time.Microsecond)
+	km.ObserveServerHandle(true, 20*time.Second)
 	n, sum := histogram(t, r, "elasticps_server_request_handle_seconds", "kind", KindPush)
 	assert.Equal(t, uint64(2), n)
 	assert.InDelta(t, 0.001, sum, 1e-12)
@@ -317,10 +248,10 @@ func TestObserveServerHandle(t *testing.T) {
 // and that a round trip without a reported handling time counts only in
 // the total.
 func TestObserveRoundTrip(t *testing.T) {
-	r, em := newElastic(t)
-	em.ObserveRoundTrip(false, 3*time.Millisecond, time.Millisecond)
-	em.ObserveRoundTrip(false, 5*time.Millisecond, 0)
-	em.ObserveRoundTrip(true, 8*time.Millisecond, 6*time.Millisecond)
+	r, km := newKV(t)
+	km.ObserveRoundTrip(false, 3*time.Millisecond, time.Millisecond)
+	km.ObserveRoundTrip(false, 5*time.Millisecond, 0)
+	km.ObserveRoundTrip(true, 8*time.Millisecond, 6*time.Millisecond)
 	for _, c := range []struct {
 		kind, part string
 		n          uint64
@@ -342,14 +273,14 @@ func TestObserveRoundTrip(t *testing.T) {
 }
 
 func TestObserveConcurrently(t *testing.T) {
-	r, em := newElastic(t)
+	r, km := newKV(t)
 	const goroutines, each = 8, 1000
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
 			for range each {
-				em.ObserveRoundTrip(g%2 == 1, 2*time.Millisecond, time.Millisecond)
-				em.ObserveServerHandle(g%2 == 1, time.Millisecond)
+				km.ObserveRoundTrip(g%2 == 1, 2*time.Millisecond, time.Millisecond)
+				km.ObserveServerHandle(g%2 == 1, time.Millisecond)
 			}
 		})
 	}
@@ -365,31 +296,68 @@ func TestObserveConcurrently(t *testing.T) {
 	}
 }
 
-// TestNewElasticMetricsTwiceShares: a second NewElasticMetrics on one
-// registry returns the same families, observed through either.
-func TestNewElasticMetricsTwiceShares(t *testing.T) {
-	r, em := newElastic(t)
-	em2, err := NewElasticMetrics(r)
+// TestNewKVMetricsTwiceShares: a second NewKVMetrics on one registry
+// returns the same families, observed through either.
+func TestNewKVMetricsTwiceShares(t *testing.T) {
+	r, km := newKV(t)
+	km2, err := NewKVMetrics(r)
 	require.NoError(t, err)
-	assert.Same(t, em.ServerHandleSeconds, em2.ServerHandleSeconds)
-	assert.Same(t, em.ControlUnansweredTotal, em2.ControlUnansweredTotal)
-	assert.Equal(t, em.RoutingEpoch, em2.RoutingEpoch)
-	em.ObserveServerHandle(true, time.Millisecond)
-	em2.ObserveServerHandle(true, time.Millisecond)
-	n, _ := histogram(t, r, "elasticps_server_request_handle_seconds", "kind", KindPull)
+	assert.Same(t, km.ServerHandleSeconds, km2.ServerHandleSeconds)
+	assert.Same(t, km.WorkerRoundTripSeconds, km2.WorkerRoundTripSeconds)
+	km.ObserveServerHandle(true, time.Millisecond)
+	km2.ObserveServerHandle(true, time.Millisecond)
+	n, _ := histogram(t, r, MetricServerHandle, "kind", KindPull)
 	assert.Equal(t, uint64(2), n)
-	em2.RoutingEpoch.Set(3)
-	assert.Equal(t, 3.0, testutil.ToFloat64(em.RoutingEpoch))
+	km2.ObserveRoundTrip(false, time.Millisecond, 0)
+	n, _ = histogram(t, r, MetricWorkerRoundTrip, "kind", KindPush, "part", PartTotal)
+	assert.Equal(t, uint64(1), n)
 }
 
-// TestNewElasticMetricsConflict: a name taken by another definition is an
-// error, not a silent second family.
-func TestNewElasticMetricsConflict(t *testing.T) {
+// TestNewKVMetricsConflict: a name taken by another definition is an
+// error, not a silent second family; the other family is still attempted.
+func TestNewKVMetricsConflict(t *testing.T) {
 	r := NewRegistry()
-	r.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "elasticps_routing_epoch", Help: "Something else."}))
-	em, err := NewElasticMetrics(r)
-	assert.Nil(t, em)
-	assert.ErrorContains(t, err, "elasticps_routing_epoch")
+	r.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricServerHandle, Help: "Something else."}))
+	km, err := NewKVMetrics(r)
+	assert.Nil(t, km)
+	assert.ErrorContains(t, err, MetricServerHandle)
+	n, err := testutil.GatherAndCount(r, MetricWorkerRoundTrip)
+	require.NoError(t, err)
+	assert.Zero(t, n, "no series were resolved")
+	fams, err := r.Gather()
+	require.NoError(t, err)
+	assert.True(t, slices.ContainsFunc(fams, func(f *dto.MetricFamily) bool {
+		return f.GetName() == MetricServerHandle && f.GetType() == dto.MetricType_GAUGE
+	}),
+		"the gauge that was there first stays")
+}
+
+// TestGetOrRegister: a new collector is registered; the same definition
+// again gives back the first; a different definition under the name is
+// an error, and so is a same definition of another Go type.
+func TestGetOrRegister(t *testing.T) {
+	r := NewRegistry()
+	opts := prometheus.CounterOpts{Name: "test_things_total", Help: "Things."}
+	first, err := GetOrRegister(r, prometheus.NewCounterVec(opts, []string{"kind"}))
+	require.NoError(t, err)
+	again, err := GetOrRegister(r, prometheus.NewCounterVec(opts, []string{"kind"}))
+	require.NoError(t, err)
+	assert.Same(t, first, again)
+	again.WithLabelValues("a").Inc()
+	assert.Equal(t, 1.0, testutil.ToFloat64(first.WithLabelValues("a")))
+
+	_, err = GetOrRegister(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_things_total", Help: "Other things."}, []string{"kind"}))
+	assert.ErrorContains(t, err, "test_things_total")
+	var dup prometheus.AlreadyRegisteredError
+	assert.False(t, errors.As(err, &dup), "a conflict, not a duplicate: %v", err)
+
+	// a plain counter and a label-less CounterVec have the same definition
+	plain := prometheus.NewCounter(prometheus.CounterOpts{Name: "test_plain_total", Help: "Plain."})
+	_, err = GetOrRegister(r, plain)
+	require.NoError(t, err)
+	_, err = GetOrRegister(r, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "test_plain_total", Help: "Plain."}, nil))
+	assert.ErrorAs(t, err, &dup, "the existing collector is not a CounterVec")
+	assert.Same(t, plain, dup.ExistingCollector)
 }
 
 // TestHotPathDoesNotAllocate: the per-request observations cost no lookup
@@ -398,42 +366,39 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 	if testing.Short() {
 		t.Skip("allocation counts")
 	}
-	r, em := newElastic(t)
+	r, km := newKV(t)
 	allocs := testing.AllocsPerRun(100, func() {
-		em.ObserveRoundTrip(true, 2*time.Millisecond, time.Millisecond)
-		em.ObserveServerHandle(false, time.Millisecond)
+		km.ObserveRoundTrip(true, 2*time.Millisecond, time.Millisecond)
+		km.ObserveServerHandle(false, time.Millisecond)
 	})
 	assert.Zero(t, allocs)
 	n, _ := histogram(t, r, "elasticps_worker_round_trip_seconds", "kind", KindPull, "part", PartNetwork)
 	assert.Equal(t, uint64(101), n, "AllocsPerRun runs the function once more to warm up")
 }
 
-// TestMetricNamesFollowConventions runs promlint over the project's
-// families.
+// TestMetricNamesFollowConventions runs promlint over the families of this
+// package (elastic's are linted in package elastic).
 func TestMetricNamesFollowConventions(t *testing.T) {
-	r, em := newElastic(t)
+	r, _ := newKV(t)
 	require.NoError(t, NodeMetrics(r, "worker", fakeStats{}))
-	// one series in every family, so that each is linted
-	em.ServerLoadBytes.WithLabelValues("8").Set(1)
-	em.ServerLoadRequests.WithLabelValues("8").Set(1)
-	em.ControlUnansweredTotal.WithLabelValues("8", "routes").Inc()
-	problems, err := testutil.GatherAndLint(r, slices.Concat(nodeMetricNames, elasticMetricNames)...)
+	problems, err := testutil.GatherAndLint(r, slices.Concat(nodeMetricNames, kvMetricNames)...)
 	require.NoError(t, err)
 	assert.Empty(t, problems)
-	n, err := testutil.GatherAndCount(r, slices.Concat(nodeMetricNames, elasticMetricNames)...)
+	n, err := testutil.GatherAndCount(r, slices.Concat(nodeMetricNames, kvMetricNames)...)
 	require.NoError(t, err)
-	assert.Equal(t, 9+2+6+3+1+1+1+1+1, n, "every family was gathered")
+	assert.Equal(t, 9+2+6, n, "every family was gathered")
 }
 
 func TestWriteText(t *testing.T) {
-	r, em := newElastic(t)
+	r, km := newKV(t)
 	require.NoError(t, NodeMetrics(r, "worker", fakeStats{}))
-	em.RoutingEpoch.Set(4)
+	km.ObserveServerHandle(true, 4*time.Second)
 	var b bytes.Buffer
 	require.NoError(t, r.WriteText(&b))
 	out := b.String()
 	for _, line := range []string{
-		"# TYPE elasticps_routing_epoch gauge\nelasticps_routing_epoch 4\n",
+		"# TYPE elasticps_server_request_handle_seconds histogram\n",
+		`elasticps_server_request_handle_seconds_sum{kind="pull"} 4` + "\n",
 		`elasticps_messages_sent_total{role="worker"} 1` + "\n",
 		`elasticps_worker_round_trip_seconds_count{kind="pull",part="total"} 0` + "\n",
 		"# TYPE go_goroutines gauge\n",
@@ -452,24 +417,19 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full")
 // TestServe scrapes /metrics over HTTP and checks the project's series
 // exactly and the runtime and process series by presence.
 func TestServe(t *testing.T) {
-	r, em := newElastic(t)
+	r, km := newKV(t)
 	require.NoError(t, NodeMetrics(r, "server", fakeStats{base: 20}))
-	em.MigrationsTotal.WithLabelValues(ResultAborted).Inc()
+	km.ObserveRoundTrip(true, 3*time.Millisecond, 0)
 	s, err := Serve("127.0.0.1:0", r, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	require.NotContains(t, s.Addr(), ":0", "the bound port, not the requested one")
 	url := "http://" + s.Addr() + "/metrics"
 
-	assert.NoError(t, testutil.ScrapeAndCompare(url, strings.NewReader(`# HELP elasticps_migrations_total Key range migrations by result (ok, aborted, failed).
-# TYPE elasticps_migrations_total counter
-elasticps_migrations_total{result="aborted"} 1
-elasticps_migrations_total{result="failed"} 0
-elasticps_migrations_total{result="ok"} 0
-# HELP elasticps_bytes_sent_total Bytes sent by the node (meta and payload).
+	assert.NoError(t, testutil.ScrapeAndCompare(url, strings.NewReader(`# HELP elasticps_bytes_sent_total Bytes sent by the node (meta and payload).
 # TYPE elasticps_bytes_sent_total counter
 elasticps_bytes_sent_total{role="server"} 23
-`), "elasticps_migrations_total", MetricBytesSent))
+`), MetricBytesSent))
 
 	resp, err := http.Get(url)
 	require.NoError(t, err)
@@ -480,6 +440,8 @@ elasticps_bytes_sent_total{role="server"} 23
 	assert.True(t, strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4"), resp.Header.Get("Content-Type"))
 	for _, line := range []string{
 		`elasticps_messages_released_twice_total{role="server"} 29` + "\n",
+		`elasticps_worker_round_trip_seconds_count{kind="pull",part="total"} 1` + "\n",
+		`elasticps_worker_round_trip_seconds_count{kind="pull",part="handling"} 0` + "\n",
 		"# TYPE go_goroutines gauge\ngo_goroutines ",
 		"# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",
 		"\nprocess_start_time_seconds ",
@@ -528,17 +490,17 @@ func TestServeErrors(t *testing.T) {
 }
 
 func BenchmarkObserveRoundTrip(b *testing.B) {
-	_, em := newElastic(b)
+	_, km := newKV(b)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			em.ObserveRoundTrip(true, 2*time.Millisecond, time.Millisecond)
+			km.ObserveRoundTrip(true, 2*time.Millisecond, time.Millisecond)
 		}
 	})
 }
 
 func BenchmarkScrape(b *testing.B) {
-	r, _ := newElastic(b)
+	r, _ := newKV(b)
 	require.NoError(b, NodeMetrics(r, "worker", fakeStats{}))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -1,12 +1,14 @@
 // Package metrics sets up a node's Prometheus metrics on
 // github.com/prometheus/client_golang: a Registry per node with the Go
 // runtime and process collectors, the node's message counters
-// (NodeMetrics), the elastic layer's families (ElasticMetrics), and an HTTP
-// endpoint serving them (Serve).
+// (NodeMetrics), the kv layer's per-request latencies (KVMetrics), and an
+// HTTP endpoint serving them (Serve). Layers above add their own families
+// to a node's Registry with GetOrRegister (elastic mode's are in package
+// elastic, elastic.Metrics).
 //
 // The hot path stays cheap: values the postoffice already counts in atomics
 // are read at scrape time (CounterFunc), and the series observed per request
-// are looked up once, in NewElasticMetrics, never per operation.
+// are looked up once, in NewKVMetrics, never per operation.
 package metrics
 
 import (
@@ -55,10 +57,12 @@ func (r *Registry) WriteText(w io.Writer) error {
 	return nil
 }
 
-// register registers c, or, if a collector with the same definition is
-// registered already, returns that one, so that setting the same families up
-// twice on one registry shares them.
-func register[C prometheus.Collector](r *Registry, c C) (C, error) {
+// GetOrRegister registers c in r, or, if a collector with the same
+// definition is registered already, returns that one, so that setting the
+// same families up twice on one registry shares them. A different
+// definition under the same name is an error (r.Register's). Unlike
+// r.Register, a duplicate is not an error.
+func GetOrRegister[C prometheus.Collector](r *Registry, c C) (C, error) {
 	err := r.Register(c)
 	var dup prometheus.AlreadyRegisteredError
 	if errors.As(err, &dup) {

@@ -70,8 +70,8 @@ type Postoffice struct {
 	// Stats counts what the node saw; read with Stats().
 	stats Stats
 
-	reg     *metrics.Registry
-	elastic *metrics.ElasticMetrics
+	reg *metrics.Registry
+	kvm *metrics.KVMetrics
 
 	memberMu sync.Mutex
 	member   *membership.Member
@@ -122,11 +122,11 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		Rejected: st.Rejected.Load, HandOvers: st.HandOvers.Load, Twice: van.ReleasedTwice}); err != nil {
 		return nil, fmt.Errorf("postoffice: metrics: %w", err)
 	}
-	em, err := metrics.NewElasticMetrics(p.reg)
+	km, err := metrics.NewKVMetrics(p.reg)
 	if err != nil {
 		return nil, fmt.Errorf("postoffice: metrics: %w", err)
 	}
-	p.elastic = em
+	p.kvm = km
 	p.myNode = message.NewNode(cfg.Role)
 	p.myID.Store(message.Empty)
 	if cfg.Role == message.RoleScheduler {
@@ -278,5 +278,6 @@ func (p *Postoffice) IsStandby() bool { return p.cfg.Standby }
 // Metrics is the node's metrics registry (served at PS_METRICS_ADDR).
 func (p *Postoffice) Metrics() *metrics.Registry { return p.reg }
 
-// ElasticMetrics are the node's load, migration and routing metrics.
-func (p *Postoffice) ElasticMetrics() *metrics.ElasticMetrics { return p.elastic }
+// KVMetrics are the node's per-request latency metrics, observed by its kv
+// workers and servers.
+func (p *Postoffice) KVMetrics() *metrics.KVMetrics { return p.kvm }

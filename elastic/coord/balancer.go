@@ -137,7 +137,7 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 		for _, k := range r.Blocks {
 			reqs += k.Requests
 		}
-		em := b.c.po.ElasticMetrics()
+		em := b.c.link.Metrics()
 		em.ServerLoadBytes.WithLabelValues(strconv.Itoa(int(id))).Set(tp.Rate[id])
 		em.ServerLoadRequests.WithLabelValues(strconv.Itoa(int(id))).Set(float64(reqs) / secs)
 	}

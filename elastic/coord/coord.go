@@ -16,7 +16,6 @@ import (
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/message"
-	"github.com/elasticps/elasticps/metrics"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
 )
@@ -89,6 +88,9 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 	link.Handle(c.handle)
 	return c, nil
 }
+
+// Metrics are the elastic metrics of the scheduler node (its link's).
+func (c *Coordinator) Metrics() *elastic.Metrics { return c.link.Metrics() }
 
 // Table is the job's routing table, as the coordinator publishes it.
 func (c *Coordinator) Table() *routing.Table { return c.table }
@@ -239,15 +241,15 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 func (c *Coordinator) finish(res Result, err error) (Result, error) {
 	res.Duration = time.Since(res.Started)
 	res.Err = err
-	em := c.po.ElasticMetrics()
+	em := c.link.Metrics()
 	switch {
 	case err == nil:
-		em.MigrationsTotal.WithLabelValues(metrics.ResultOK).Inc()
+		em.MigrationsTotal.WithLabelValues(elastic.ResultOK).Inc()
 		em.MigrationStallSeconds.Observe(res.Duration.Seconds())
 	case res.CutSeq == 0:
-		em.MigrationsTotal.WithLabelValues(metrics.ResultAborted).Inc()
+		em.MigrationsTotal.WithLabelValues(elastic.ResultAborted).Inc()
 	default:
-		em.MigrationsTotal.WithLabelValues(metrics.ResultFailed).Inc()
+		em.MigrationsTotal.WithLabelValues(elastic.ResultFailed).Inc()
 	}
 	c.mu.Lock()
 	c.history = append(c.history, res)
@@ -361,7 +363,7 @@ func (c *Coordinator) rollback(r1 *routing.Routes, mv elastic.Move, haveExport b
 // so the order only spares such waits.
 func (c *Coordinator) publish(r *routing.Routes, first ...int32) error {
 	c.table.Update(r)
-	c.po.ElasticMetrics().RoutingEpoch.Set(float64(r.Epoch))
+	c.link.Metrics().RoutingEpoch.Set(float64(r.Epoch))
 	body := r.Marshal()
 	for _, id := range first {
 		if _, err := c.link.Call(id, elastic.MsgRoutes, body, c.Timeout); err != nil {
