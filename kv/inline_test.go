@@ -5,6 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/postoffice"
 )
 
 // TestBlockedHandlerDoesNotStopReceiving: a server handler of app 0 blocks
@@ -25,12 +28,13 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 		{"queued", -1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := startJob(t, 1, 1, jobOptions{inlineHandOver: tc.handOver})
+			j := startJobWith(t, jobtest.Options{Servers: 1, Workers: 1,
+				Configure: func(c *postoffice.Config) { c.InlineHandOver = tc.handOver }})
 			release := make(chan struct{})
 			var once sync.Once
 			var mu sync.Mutex
 			var order []int32
-			srv0, err := NewServer(j.servers[0], 0)
+			srv0, err := NewServer(j.Servers[0], 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +50,7 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 					t.Error(err)
 				}
 			})
-			srv1, err := NewServer(j.servers[0], 1)
+			srv1, err := NewServer(j.Servers[0], 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +63,7 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 			})
 
 			w0 := j.newWorker(0, 0)
-			w1, err := NewWorker(j.workers[0], 1, 0)
+			w1, err := NewWorker(j.Workers[0], 1, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +92,7 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 			if want := []int32{1, 2, 3, 4, 5}; !slices.Equal(order, want) {
 				t.Errorf("app 0 handled commands %v, want %v", order, want)
 			}
-			got := j.servers[0].Stats().HandOvers.Load()
+			got := j.Servers[0].Stats().HandOvers.Load()
 			if tc.handOvers && got == 0 {
 				t.Error("no hand-over counted, yet app 1 was received while app 0's handler blocked")
 			}
@@ -104,13 +108,13 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 // servers, so that requests find their customer sometimes idle (handled on
 // the receive goroutine) and sometimes busy (queued); the sums are exact.
 func TestInlineManyRounds(t *testing.T) {
-	j := startJob(t, 2, 2, jobOptions{})
+	j := startJob(t, 2, 2)
 	j.startDefaultServers()
 	keys := []uint64{1, 1 << 62}
 	const rounds = 300
 	var wg sync.WaitGroup
 	var ws []*Worker
-	for i := range j.workers {
+	for i := range j.Workers {
 		w := j.newWorker(i, 0)
 		ws = append(ws, w)
 		wg.Go(func() {
@@ -137,7 +141,7 @@ func TestInlineManyRounds(t *testing.T) {
 	var got []float32
 	ts, err := Pull(w, keys, &got, nil, Options{})
 	wait(t, w, ts, err)
-	n := float32(rounds * len(j.workers))
+	n := float32(rounds * len(j.Workers))
 	if want := []float32{n, 2 * n}; !slices.Equal(got, want) {
 		t.Errorf("pulled %v, want %v", got, want)
 	}
@@ -158,7 +162,7 @@ func TestSlowHandlerLeavesTheReceiveGoroutine(t *testing.T) {
 		{"quick", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := startJob(t, 1, 1, jobOptions{})
+			j := startJob(t, 1, 1)
 			h := NewDefaultHandler()
 			srv := j.startServers(func(meta ReqMeta, data KVPairs, s *Server) {
 				time.Sleep(tc.delay)

@@ -14,10 +14,10 @@ import (
 // tail, a smaller one fails the operation and is left unchanged, and a
 // push-pull lands in place too.
 func TestPullInto(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 3)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 3)
 	vals, _ := testValues(keys, false)
 	for range 2 {
 		ts, err := Push(w, keys, vals, nil, Options{})
@@ -69,7 +69,7 @@ func TestPullInto(t *testing.T) {
 // its handler retained intact while many more requests (whose buffers the
 // transport reuses) arrive, and answers them later.
 func TestRetainKeepsRequests(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	type held struct {
 		meta    ReqMeta
 		vals    []byte
@@ -93,7 +93,7 @@ func TestRetainKeepsRequests(t *testing.T) {
 	})
 	srvs[0].ReleaseRequests(true)
 	w := j.newWorker(0, 0)
-	key := j.workers[0].ServerKeyRanges()[0].Begin
+	key := j.Workers[0].ServerKeyRanges()[0].Begin
 	const n = 40
 	var tss []int32
 	for i := range n {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
@@ -62,7 +64,7 @@ func wait(t *testing.T, w *Worker, ts int32, err error) {
 		t.Errorf("issue: %v", err)
 		return
 	}
-	if err := waitTimeout(t, waitLimit, fmt.Sprintf("Wait(%d)", ts), func() error { return w.Wait(ts) }); err != nil {
+	if err := testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return fmt.Sprintf("Wait(%d)", ts) }); err != nil {
 		t.Errorf("Wait(%d): %v", ts, err)
 	}
 }
@@ -75,9 +77,9 @@ func TestPushPullSum(t *testing.T) {
 		for _, withLens := range []bool{false, true} {
 			t.Run(fmt.Sprintf("servers=%d/lens=%v", ns, withLens), func(t *testing.T) {
 				const nw, rounds = 2, 3
-				j := startJob(t, ns, nw, jobOptions{})
+				j := startJob(t, ns, nw)
 				j.startDefaultServers()
-				keys := spreadKeys(j.workers[0].ServerKeyRanges(), 5)
+				keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 5)
 				vals, lens := testValues(keys, withLens)
 				want := scaled(vals, rounds*nw)
 				workers := []*Worker{j.newWorker(0, 0), j.newWorker(1, 0)}
@@ -97,7 +99,7 @@ func TestPushPullSum(t *testing.T) {
 						for _, ts := range tss {
 							wait(t, w, ts, nil)
 						}
-						if err := j.workers[wi].Barrier(0, message.WorkerGroup); err != nil {
+						if err := j.Workers[wi].Barrier(0, message.WorkerGroup); err != nil {
 							t.Errorf("barrier: %v", err)
 							return
 						}
@@ -153,10 +155,10 @@ func TestPushPullSum(t *testing.T) {
 
 // TestTypedValues pushes and pulls every summable element type.
 func TestTypedValues(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 3)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 3)
 	t.Run("int32", func(t *testing.T) { typedRoundTrip(t, w, keys, 100, []int32{-1, 2, -3, 4, 5, 6}) })
 	t.Run("int64", func(t *testing.T) { typedRoundTrip(t, w, keys, 200, []int64{-1 << 40, 2, 3, 4, 5, 6}) })
 	t.Run("uint64", func(t *testing.T) { typedRoundTrip(t, w, keys, 300, []uint64{1 << 60, 2, 3, 4, 5, 6}) })
@@ -197,8 +199,8 @@ func typedRoundTrip[T Number](t *testing.T, w *Worker, keys []uint64, offset uin
 // node, the scheduler included, handles exactly 100 and every response
 // comes back.
 func TestSimpleAppGroupAll(t *testing.T) {
-	j := startJob(t, 2, 2, jobOptions{})
-	nodes := j.all()
+	j := startJob(t, 2, 2)
+	nodes := j.All()
 	counts := make([]atomic.Int64, len(nodes))
 	var apps []*SimpleApp
 	for i, po := range nodes {
@@ -218,7 +220,7 @@ func TestSimpleAppGroupAll(t *testing.T) {
 		})
 		apps = append(apps, app)
 	}
-	sched := apps[len(apps)-1]
+	sched := apps[0] // All lists the scheduler first
 	var responses atomic.Int64
 	sched.SetResponseHandler(func(d SimpleData, _ *SimpleApp) {
 		responses.Add(1)
@@ -235,7 +237,7 @@ func TestSimpleAppGroupAll(t *testing.T) {
 		tss = append(tss, ts)
 	}
 	for _, ts := range tss {
-		if err := waitTimeout(t, waitLimit, "SimpleApp.Wait", func() error { return sched.Wait(ts) }); err != nil {
+		if err := testutil.Within(t, waitLimit, func() error { return sched.Wait(ts) }, func() string { return "SimpleApp.Wait" }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -256,7 +258,7 @@ func TestSimpleAppGroupAll(t *testing.T) {
 // Worker and a Server (how MXNet sends commands to servers), and share the
 // worker's timestamps.
 func TestServerCommands(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	var cmds atomic.Int64
 	for _, srv := range j.startServers(NewDefaultHandler().Handle) {
 		srv.Simple().SetRequestHandler(func(d SimpleData, a *SimpleApp) {
@@ -271,7 +273,7 @@ func TestServerCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 1)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 1)
 	ts2, err := Push(w, keys, []float32{1, 2}, nil, Options{})
 	wait(t, w, ts2, err)
 	wait(t, w, ts1, nil)
@@ -288,9 +290,9 @@ func TestServerCommands(t *testing.T) {
 // round releases both.
 func TestTwoCustomersOneWorker(t *testing.T) {
 	const rounds = 3
-	j := startJob(t, 2, 1, jobOptions{customersPerWorker: 2})
+	j := startJobWith(t, jobtest.Options{Servers: 2, Workers: 1, CustomersPerWorker: 2})
 	j.startDefaultServers()
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 4)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 4)
 	vals, lens := testValues(keys, true)
 	want := scaled(vals, rounds*2)
 	var wg sync.WaitGroup
@@ -301,7 +303,7 @@ func TestTwoCustomersOneWorker(t *testing.T) {
 				ts, err := Push(w, keys, vals, lens, Options{})
 				wait(t, w, ts, err)
 			}
-			if err := j.workers[0].Barrier(c, message.WorkerGroup); err != nil {
+			if err := j.Workers[0].Barrier(c, message.WorkerGroup); err != nil {
 				t.Errorf("customer %d barrier: %v", c, err)
 				return
 			}
@@ -313,13 +315,8 @@ func TestTwoCustomersOneWorker(t *testing.T) {
 			}
 		})
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(waitLimit):
-		t.Fatal("customers did not finish (barrier not released?)")
-	}
+	testutil.Within(t, waitLimit, func() bool { wg.Wait(); return true },
+		func() string { return "customers did not finish (barrier not released?)" })
 }
 
 // TestCallbacksBeforeWait: a callback's effects are visible when Wait
@@ -327,10 +324,10 @@ func TestTwoCustomersOneWorker(t *testing.T) {
 // copied values, and callbacks of empty requests run before the call
 // returns.
 func TestCallbacksBeforeWait(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 3)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 3)
 	vals, _ := testValues(keys, false)
 
 	pushed := false
@@ -379,7 +376,7 @@ func TestCallbacksBeforeWait(t *testing.T) {
 // delay, two requests for one key are outstanding at once, and a second
 // Response for a request is refused.
 func TestAsyncResponse(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	var second atomic.Value
 	j.startServers(func(meta ReqMeta, data KVPairs, srv *Server) {
 		go func() {
@@ -421,7 +418,7 @@ func TestAsyncResponse(t *testing.T) {
 // repeated/row keys, non-decreasing) and their lens pass through unchanged
 // both ways.
 func TestRowSparse(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	type seen struct {
 		keys []uint64
 		lens []int32
@@ -441,7 +438,7 @@ func TestRowSparse(t *testing.T) {
 		}
 	})
 	w := j.newWorker(0, 0)
-	r := j.workers[0].ServerKeyRanges()
+	r := j.Workers[0].ServerKeyRanges()
 	keys := []uint64{r[0].Begin + 5, r[0].Begin + 5, r[0].Begin + 6, r[1].Begin + 2, r[1].Begin + 2}
 	lens := []int32{0, 2, 2, 0, 1}
 	vals := []float32{1, 2, 3, 4, 5}
@@ -471,10 +468,10 @@ func TestRowSparse(t *testing.T) {
 // server errors and wrong destinations fail the operation's Wait; malformed
 // requests are rejected by the server, which keeps serving.
 func TestErrors(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	r := j.workers[0].ServerKeyRanges()
+	r := j.Workers[0].ServerKeyRanges()
 	keys := spreadKeys(r, 2)
 	vals, _ := testValues(keys, false)
 	ts, err := Push(w, keys, vals, nil, Options{})
@@ -562,7 +559,7 @@ func TestErrors(t *testing.T) {
 // TestBadReplies: a server handler that answers wrongly makes the worker's
 // operation fail with a descriptive error instead of aborting.
 func TestBadReplies(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	f32 := func(v ...float32) []byte { return AsBytes(v) }
 	j.startServers(func(meta ReqMeta, data KVPairs, srv *Server) {
 		var err error
@@ -605,7 +602,7 @@ func TestBadReplies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) })
+		err = testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" })
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("cmd %d: %v, want an error about %q", cmd, err, want)
 		}
@@ -621,7 +618,7 @@ func TestBadReplies(t *testing.T) {
 // TestMalformedRequest: requests that ps-lite would abort on are answered
 // with an error and counted, and the server keeps serving.
 func TestMalformedRequest(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	servers := j.startServers(NewDefaultHandler().Handle)
 	w := j.newWorker(0, 0)
 	send := func(frames ...[]byte) error {
@@ -635,10 +632,10 @@ func TestMalformedRequest(t *testing.T) {
 		for i, f := range frames {
 			m.AddData(types[i], f)
 		}
-		if _, err := j.workers[0].Send(m); err != nil {
+		if _, err := j.Workers[0].Send(m); err != nil {
 			t.Fatal(err)
 		}
-		return waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) })
+		return testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" })
 	}
 	cases := []struct {
 		name   string
@@ -667,7 +664,7 @@ func TestMalformedRequest(t *testing.T) {
 // TestNoHandler: a server without a handler answers with an error instead
 // of aborting (ps-lite CHECK-fails).
 func TestNoHandler(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	j.startServers(nil)
 	w := j.newWorker(0, 0)
 	ts, err := Push(w, []uint64{1}, []float32{5}, nil, Options{})
@@ -675,7 +672,7 @@ func TestNoHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	var se *ServerError
-	if err := waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) }); !errors.As(err, &se) {
+	if err := testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" }); !errors.As(err, &se) {
 		t.Errorf("push to a server without handler: %v", err)
 	}
 }
@@ -683,7 +680,7 @@ func TestNoHandler(t *testing.T) {
 // TestWaitAfterStop: an operation whose server never answers returns
 // ErrStopped from Wait when the node stops.
 func TestWaitAfterStop(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	j.startServers(func(ReqMeta, KVPairs, *Server) {}) // never responds
 	w := j.newWorker(0, 0)
 	ts, err := Push(w, []uint64{1}, []float32{5}, nil, Options{})
@@ -692,9 +689,9 @@ func TestWaitAfterStop(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		j.workers[0].Stop()
+		j.Workers[0].Stop()
 	}()
-	if err := waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) }); !errors.Is(err, postoffice.ErrStopped) {
+	if err := testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" }); !errors.Is(err, postoffice.ErrStopped) {
 		t.Errorf("Wait after stop: %v", err)
 	}
 	if _, err := Push(w, []uint64{1}, []float32{5}, nil, Options{}); !errors.Is(err, postoffice.ErrStopped) {
@@ -706,30 +703,25 @@ func TestWaitAfterStop(t *testing.T) {
 // customer on each server sees them: ps-lite's fields, a pull's empty vals
 // frame and no lens, lens only when given.
 func TestWireFormat(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	got := make(chan *message.Message, 16)
-	for _, po := range j.servers {
+	for _, po := range j.Servers {
 		c, err := NewCustomer(po, 3, 3, func(m *message.Message) { got <- m })
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(c.Close)
 	}
-	w, err := NewWorker(j.workers[0], 3, 0)
+	w, err := NewWorker(j.Workers[0], 3, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Close)
-	r := j.workers[0].ServerKeyRanges()
+	r := j.Workers[0].ServerKeyRanges()
 	keys := []uint64{r[0].Begin + 1, r[1].Begin + 1, r[1].Begin + 2}
 	next := func() *message.Message {
-		select {
-		case m := <-got:
-			return m
-		case <-time.After(waitLimit):
-			t.Fatal("no request arrived")
-			return nil
-		}
+		t.Helper()
+		return testutil.Recv(t, got, waitLimit, func() string { return "no request arrived" })
 	}
 	check := func(what string, push, pull bool, types []message.DataType, frameLens ...[2]int) {
 		t.Helper()

@@ -15,12 +15,12 @@ import (
 // message was released shows up here as a wrong sum.
 func TestLargeValuesExactSum(t *testing.T) {
 	const ns, nw, rounds, perKey = 2, 2, 8, 80 << 10 // 320 KiB of float32 per key
-	j := startJob(t, ns, nw, jobOptions{})
+	j := startJob(t, ns, nw)
 	j.startServersWith(func(s *Server) {
 		s.ReleaseRequests(true)
 		s.SetRequestHandler(NewDefaultHandler().Handle)
 	})
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 2)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 2)
 	lens := make([]int32, len(keys))
 	for i := range lens {
 		lens[i] = perKey
@@ -64,7 +64,7 @@ func TestLargeValuesExactSum(t *testing.T) {
 			for _, ts := range tss {
 				wait(t, w, ts, nil)
 			}
-			if err := j.workers[wi].Barrier(0, message.WorkerGroup); err != nil {
+			if err := j.Workers[wi].Barrier(0, message.WorkerGroup); err != nil {
 				t.Errorf("barrier: %v", err)
 				return
 			}

@@ -33,10 +33,10 @@ func sample(t *testing.T, po *postoffice.Postoffice, series string) float64 {
 // round trip (with its split into handling and network), every request a
 // server handled, and the node's traffic counters.
 func TestMetricsCountOperations(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 2) // keys on both servers
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 2) // keys on both servers
 	const pushes, pulls = 7, 3
 	for range pushes {
 		ts, err := Push(w, keys, []float32{1, 2, 3, 4}, nil, Options{})
@@ -47,7 +47,7 @@ func TestMetricsCountOperations(t *testing.T) {
 		ts, err := Pull(w, keys, &got, nil, Options{})
 		wait(t, w, ts, err)
 	}
-	wp := j.workers[0]
+	wp := j.Workers[0]
 	for _, c := range []struct {
 		series string
 		want   float64
@@ -63,7 +63,7 @@ func TestMetricsCountOperations(t *testing.T) {
 	}
 	// each operation sent one request to each of the two servers
 	handled := 0.0
-	for _, s := range j.servers {
+	for _, s := range j.Servers {
 		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="push"}`)
 		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="pull"}`)
 	}

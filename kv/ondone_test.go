@@ -5,7 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/elasticps/elasticps/internal/testutil"
 )
 
 // notices records the calls of an OnDone Notifier.
@@ -25,11 +26,7 @@ func (n *notices) Notify(o Outcome) {
 
 func (n *notices) await(t *testing.T, what string) {
 	t.Helper()
-	select {
-	case <-n.got:
-	case <-time.After(waitLimit):
-		t.Fatalf("%s: no notice within %v", what, waitLimit)
-	}
+	testutil.Recv(t, n.got, waitLimit, func() string { return what + ": no notice" })
 }
 
 // TestOnDone checks the completion notice the C++ bridge's Wait relies on:
@@ -37,7 +34,7 @@ func (n *notices) await(t *testing.T, what string) {
 // returns an error), not for requests that are not outstanding or whose
 // notice was withdrawn, and with Abandoned when the customer closes.
 func TestOnDone(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	gate := make(chan struct{})
 	var openGate sync.Once
 	j.startServers(func(meta ReqMeta, _ KVPairs, s *Server) {
@@ -98,7 +95,7 @@ func TestOnDone(t *testing.T) {
 		t.Error("a second CancelOnDone reported true")
 	}
 	gate <- struct{}{}
-	if err := waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts2) }); err != nil {
+	if err := testutil.Within(t, waitLimit, func() error { return w.Wait(ts2) }, func() string { return "Wait" }); err != nil {
 		t.Fatal(err)
 	}
 

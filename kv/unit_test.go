@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 )
@@ -28,7 +31,7 @@ func newOfflinePostoffice(t *testing.T) *postoffice.Postoffice {
 	t.Helper()
 	po, err := postoffice.New(postoffice.Config{
 		Role: message.RoleWorker, NumWorkers: 1, NumServers: 2,
-		SchedulerHost: "127.0.0.1", SchedulerPort: 1, Logger: testLogger(),
+		SchedulerHost: "127.0.0.1", SchedulerPort: 1, Logger: jobtest.Logger(),
 	}, nopTransport{closed: make(chan struct{})})
 	if err != nil {
 		t.Fatal(err)
@@ -66,12 +69,7 @@ func TestCustomerQueueOrder(t *testing.T) {
 	close(release)
 	var order []int32
 	for range 8 {
-		select {
-		case h := <-got:
-			order = append(order, h)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("handled only %v", order)
-		}
+		order = append(order, testutil.Recv(t, got, 5*time.Second, func() string { return fmt.Sprintf("handled only %v", order) }))
 	}
 	if want := []int32{0, 6, 2, 4, 1, 3, 7, 5}; !slices.Equal(order, want) {
 		t.Errorf("handled %v, want %v", order, want)

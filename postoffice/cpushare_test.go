@@ -2,11 +2,7 @@ package postoffice
 
 import (
 	"net"
-	"os"
-	"runtime"
 	"testing"
-
-	"github.com/stretchr/testify/assert"
 
 	"github.com/elasticps/elasticps/message"
 )
@@ -74,39 +70,4 @@ func TestOnThisHost(t *testing.T) {
 			break
 		}
 	}
-}
-
-// TestShareHostCPUsInJob checks that a node that may share lowers
-// GOMAXPROCS once it has the scheduler's node list: a worker of a 1x1 job
-// on 127.0.0.1 shares the host with the server and the scheduler.
-func TestShareHostCPUsInJob(t *testing.T) {
-	if _, set := os.LookupEnv("GOMAXPROCS"); set {
-		t.Skip("GOMAXPROCS is set: nodes leave it as it is")
-	}
-	before := runtime.GOMAXPROCS(6)
-	t.Cleanup(func() { runtime.GOMAXPROCS(before) })
-	j := startJob(t, 1, 1, func(c *Config) {
-		if c.Role == message.RoleWorker {
-			c.ShareHostCPUs = true
-			c.VanType = "tcp"
-		}
-	})
-	if got, want := runtime.GOMAXPROCS(0), sharedProcs(6, 3, 1); got != want {
-		t.Errorf("GOMAXPROCS after the job started = %d, want %d (6 shared by 3 nodes)", got, want)
-	}
-	w := j.workers[0]
-	assert.True(t, w.HostCPUsLowered(), "the worker lowered GOMAXPROCS")
-	assert.False(t, j.servers[0].HostCPUsLowered(), "the server (ShareHostCPUs off) lowered nothing")
-
-	// Restoring gives back what the runtime had, once, and for good: a
-	// later node list does not lower it again.
-	w.RestoreHostCPUs("test")
-	assert.Equal(t, 6, runtime.GOMAXPROCS(0), "GOMAXPROCS after RestoreHostCPUs")
-	assert.False(t, w.HostCPUsLowered())
-	runtime.GOMAXPROCS(5)
-	w.RestoreHostCPUs("test")
-	assert.Equal(t, 5, runtime.GOMAXPROCS(0), "a second RestoreHostCPUs changed GOMAXPROCS")
-	me := message.Node{Hostname: "127.0.0.1", Port: 1, Role: message.RoleWorker}
-	w.shareHostCPUs(me, []message.Node{me, {Hostname: "127.0.0.1", Port: 2, Role: message.RoleServer}})
-	assert.Equal(t, 5, runtime.GOMAXPROCS(0), "GOMAXPROCS lowered again after RestoreHostCPUs")
 }

@@ -4,6 +4,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/internal/testutil"
 )
 
 // TestHandOver: a handler that returns within the period keeps the
@@ -23,13 +25,7 @@ func TestHandOver(t *testing.T) {
 		}
 	}
 	// Nothing runs inline: the watcher parks.
-	deadline := time.Now().Add(5 * time.Second)
-	for !h.parked.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher did not park while nothing ran inline")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, h.parked.Load, func() string { return "the watcher did not park while nothing ran inline" })
 	s := h.begin() // wakes it
 	time.Sleep(20 * time.Millisecond)
 	if h.end(s) {

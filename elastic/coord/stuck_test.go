@@ -41,11 +41,11 @@ func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 	require.Nil(t, j.stuckEl, "the stuck worker follows no table until unstuck")
 
 	// The unanswered tables are counted against the stuck worker only.
-	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
+	unanswered := j.Scheduler.ElasticMetrics().ControlUnansweredTotal
 	stuckRoutes := unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "routes")
 	require.Eventually(t, func() bool { return testutil.ToFloat64(stuckRoutes) >= 1 },
 		30*time.Second, 10*time.Millisecond)
-	for _, po := range append(append(j.servers[:ns:ns], j.workers...), j.sched) {
+	for _, po := range append(append(j.servers[:ns:ns], j.workers...), j.Scheduler) {
 		id := strconv.Itoa(int(po.MyNode().ID))
 		for _, m := range []int32{elastic.MsgRoutes, elastic.MsgPrepare, elastic.MsgAccept, elastic.MsgImport, elastic.MsgAbort} {
 			require.Zero(t, testutil.ToFloat64(unanswered.WithLabelValues(id, elastic.MessageName(m))), "node %s, %s", id, elastic.MessageName(m))
@@ -95,7 +95,7 @@ func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
 	_, err := j.coord.Move(keys[0], keys[0]+1, stuck)
 	require.ErrorIs(t, err, elastic.ErrNoAnswer)
 	require.ErrorContains(t, err, fmt.Sprintf("routing epoch 1 not delivered to node %d", stuck))
-	unanswered := j.sched.ElasticMetrics().ControlUnansweredTotal
+	unanswered := j.Scheduler.ElasticMetrics().ControlUnansweredTotal
 	require.Equal(t, 1.0, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "abort")))
 	require.GreaterOrEqual(t, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "routes")), 1.0)
 	require.Equal(t, from, j.coord.Table().Current().Intervals[j.coord.Table().Current().Find(keys[0])].Node)
