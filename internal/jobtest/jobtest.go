@@ -181,7 +181,9 @@ func tryStart(t testing.TB, opts Options) (*Job, error) {
 			}
 		}
 		return nil
-	}, func() string { return fmt.Sprintf("the job of %d servers and %d workers did not start", opts.Servers, opts.Workers) })
+	}, func() string {
+		return fmt.Sprintf("the job of %d servers and %d workers did not start", opts.Servers, opts.Workers)
+	})
 	return j, err
 }
 
