@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSharedProcs(t *testing.T) {
@@ -16,13 +18,11 @@ func TestSharedProcs(t *testing.T) {
 		{1, 4, 2, 1},   // never raised to the floor
 		{8, 3, 1, 2},
 	} {
-		if got := sharedProcs(c.procs, c.local, c.floor); got != c.want {
-			t.Errorf("sharedProcs(%d, %d, %d) = %d, want %d", c.procs, c.local, c.floor, got, c.want)
-		}
+		assert.Equal(t, c.want, sharedProcs(c.procs, c.local, c.floor), "sharedProcs(%d, %d, %d)", c.procs, c.local, c.floor)
 	}
-	if procsFloor("tcp") != 1 || procsFloor("zmq") != 2 || procsFloor("fabric") != 2 {
-		t.Errorf("procsFloor: tcp %d, zmq %d, fabric %d; want 1, 2, 2", procsFloor("tcp"), procsFloor("zmq"), procsFloor("fabric"))
-	}
+	assert.Equal(t, 1, procsFloor("tcp"), "procsFloor(tcp)")
+	assert.Equal(t, 2, procsFloor("zmq"), "procsFloor(zmq)")
+	assert.Equal(t, 2, procsFloor("fabric"), "procsFloor(fabric)")
 }
 
 func TestNodesOnHost(t *testing.T) {
@@ -33,12 +33,8 @@ func TestNodesOnHost(t *testing.T) {
 		{Role: message.RoleWorker, ID: 9, Hostname: "10.0.0.1", Port: 9001}, // listed twice
 		{Role: message.RoleScheduler, ID: 1, Hostname: "10.0.0.1", Port: 8000},
 	}
-	if got := nodesOnHost("10.0.0.1", true, nodes); got != 3 {
-		t.Errorf("on the scheduler's host: %d nodes, want 3 (server, worker, scheduler)", got)
-	}
-	if got := nodesOnHost("10.0.0.2", false, nodes); got != 1 {
-		t.Errorf("on another host: %d nodes, want 1", got)
-	}
+	assert.Equal(t, 3, nodesOnHost("10.0.0.1", true, nodes), "on the scheduler's host: server, worker, scheduler")
+	assert.Equal(t, 1, nodesOnHost("10.0.0.2", false, nodes), "on another host")
 }
 
 func TestOnThisHost(t *testing.T) {
@@ -53,20 +49,14 @@ func TestOnThisHost(t *testing.T) {
 		{"203.0.113.77", "192.0.2.2", false}, // TEST-NET-3: no interface has it
 		{"scheduler.example", "192.0.2.2", false},
 	} {
-		if got := onThisHost(c.addr, c.me); got != c.want {
-			t.Errorf("onThisHost(%q, %q) = %v, want %v", c.addr, c.me, got, c.want)
-		}
+		assert.Equal(t, c.want, onThisHost(c.addr, c.me), "onThisHost(%q, %q)", c.addr, c.me)
 	}
 	// An address of one of this machine's interfaces, other than the node's.
 	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
-			if !onThisHost(n.IP.String(), "203.0.113.1") {
-				t.Errorf("onThisHost(%s): false for an address of this machine", n.IP)
-			}
+			assert.True(t, onThisHost(n.IP.String(), "203.0.113.1"), "onThisHost(%s): an address of this machine", n.IP)
 			break
 		}
 	}

@@ -202,9 +202,7 @@ func TestShareHostCPUsInJob(t *testing.T) {
 			c.VanType = "tcp"
 		}
 	})
-	if got, want := runtime.GOMAXPROCS(0), postoffice.SharedProcs(6, 3, 1); got != want {
-		t.Errorf("GOMAXPROCS after the job started = %d, want %d (6 shared by 3 nodes)", got, want)
-	}
+	assert.Equal(t, postoffice.SharedProcs(6, 3, 1), runtime.GOMAXPROCS(0), "GOMAXPROCS after the job started (6 shared by 3 nodes)")
 	w := j.Workers[0]
 	assert.True(t, w.HostCPUsLowered(), "the worker lowered GOMAXPROCS")
 	assert.False(t, j.Servers[0].HostCPUsLowered(), "the server (ShareHostCPUs off) lowered nothing")
