@@ -16,6 +16,8 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const waitLimit = 20 * time.Second
@@ -60,13 +62,10 @@ func scaled(vals []float32, f float32) []float32 {
 
 func wait(t *testing.T, w *Worker, ts int32, err error) {
 	t.Helper()
-	if err != nil {
-		t.Errorf("issue: %v", err)
+	if !assert.NoError(t, err, "issue") {
 		return
 	}
-	if err := testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return fmt.Sprintf("Wait(%d)", ts) }); err != nil {
-		t.Errorf("Wait(%d): %v", ts, err)
-	}
+	assert.NoError(t, testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return fmt.Sprintf("Wait(%d)", ts) }), "Wait(%d)", ts)
 }
 
 // TestPushPullSum: two workers push integer-valued floats several times to
@@ -90,8 +89,7 @@ func TestPushPullSum(t *testing.T) {
 						var tss []int32
 						for range rounds {
 							ts, err := Push(w, keys, vals, lens, Options{})
-							if err != nil {
-								t.Errorf("push: %v", err)
+							if !assert.NoError(t, err, "push") {
 								return
 							}
 							tss = append(tss, ts)
@@ -99,8 +97,7 @@ func TestPushPullSum(t *testing.T) {
 						for _, ts := range tss {
 							wait(t, w, ts, nil)
 						}
-						if err := j.Workers[wi].Barrier(0, message.WorkerGroup); err != nil {
-							t.Errorf("barrier: %v", err)
+						if !assert.NoError(t, j.Workers[wi].Barrier(0, message.WorkerGroup), "barrier") {
 							return
 						}
 						// Into an empty destination, with lens.
@@ -186,9 +183,7 @@ func typedRoundTrip[T Number](t *testing.T, w *Worker, keys []uint64, offset uin
 	// The same key pulled as another type is refused by the store.
 	var wrong []float32
 	ts, err = Pull(w, keys, &wrong, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var se *ServerError
 	if err := w.Wait(ts); DataTypeOf[T]() != message.Float && !errors.As(err, &se) {
 		t.Fatalf("pull as the wrong type: %v, want a ServerError", err)
@@ -205,9 +200,7 @@ func TestSimpleAppGroupAll(t *testing.T) {
 	var apps []*SimpleApp
 	for i, po := range nodes {
 		app, err := NewSimpleApp(po, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(app.Close)
 		app.SetRequestHandler(func(d SimpleData, a *SimpleApp) {
 			counts[i].Add(1)
@@ -231,15 +224,11 @@ func TestSimpleAppGroupAll(t *testing.T) {
 	var tss []int32
 	for r := range 100 {
 		ts, err := sched.Request(int32(r), []byte(fmt.Sprint(r)), message.AllGroup)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tss = append(tss, ts)
 	}
 	for _, ts := range tss {
-		if err := testutil.Within(t, waitLimit, func() error { return sched.Wait(ts) }, func() string { return "SimpleApp.Wait" }); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, testutil.Within(t, waitLimit, func() error { return sched.Wait(ts) }, func() string { return "SimpleApp.Wait" }))
 	}
 	for i := range counts {
 		if n := counts[i].Load(); n != 100 {
@@ -270,9 +259,7 @@ func TestServerCommands(t *testing.T) {
 	}
 	w := j.newWorker(0, 0)
 	ts1, err := w.Simple().Request(7, []byte("sync_mode"), message.ServerGroup)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 1)
 	ts2, err := Push(w, keys, []float32{1, 2}, nil, Options{})
 	wait(t, w, ts2, err)
@@ -303,8 +290,7 @@ func TestTwoCustomersOneWorker(t *testing.T) {
 				ts, err := Push(w, keys, vals, lens, Options{})
 				wait(t, w, ts, err)
 			}
-			if err := j.Workers[0].Barrier(c, message.WorkerGroup); err != nil {
-				t.Errorf("customer %d barrier: %v", c, err)
+			if !assert.NoError(t, j.Workers[0].Barrier(c, message.WorkerGroup), "customer %d barrier", c) {
 				return
 			}
 			var got []float32
@@ -361,9 +347,7 @@ func TestCallbacksBeforeWait(t *testing.T) {
 		OnError:  func(error) { order = append(order, "error") },
 		Callback: func() { order = append(order, "callback") },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if err := w.Wait(ts); err == nil {
 		t.Error("pull into a too small buffer succeeded")
 	}
@@ -505,9 +489,7 @@ func TestErrors(t *testing.T) {
 	// Pre-sized destination of the wrong size: error, nothing written.
 	dst := []float32{-1, -1, -1}
 	ts, err = Pull(w, keys, &dst, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if err := w.Wait(ts); err == nil || !strings.Contains(err.Error(), "destination") {
 		t.Errorf("wrong-size destination: %v", err)
 	}
@@ -526,9 +508,7 @@ func TestErrors(t *testing.T) {
 	// and the other server's part does not hide it.
 	unknown := []uint64{r[0].Begin + 100, r[1].Begin}
 	ts, err = Pull(w, unknown, &out, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var se *ServerError
 	if err := w.Wait(ts); !errors.As(err, &se) || se.Node != 8 || !strings.Contains(se.Msg, "never pushed") {
 		t.Errorf("pull of an unknown key: %v", err)
@@ -542,9 +522,7 @@ func TestErrors(t *testing.T) {
 	}
 	// A push whose size does not match the stored value is refused whole.
 	ts, err = Push(w, keys, append(slices.Clone(vals), vals...), nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if err := w.Wait(ts); !errors.As(err, &se) {
 		t.Errorf("push of a different length: %v", err)
 	}
@@ -599,9 +577,7 @@ func TestBadReplies(t *testing.T) {
 	} {
 		var out []float32
 		ts, err := Pull(w, keys, &out, nil, Options{Cmd: cmd})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		err = testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" })
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("cmd %d: %v, want an error about %q", cmd, err, want)
@@ -668,9 +644,7 @@ func TestNoHandler(t *testing.T) {
 	j.startServers(nil)
 	w := j.newWorker(0, 0)
 	ts, err := Push(w, []uint64{1}, []float32{5}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var se *ServerError
 	if err := testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" }); !errors.As(err, &se) {
 		t.Errorf("push to a server without handler: %v", err)
@@ -684,9 +658,7 @@ func TestWaitAfterStop(t *testing.T) {
 	j.startServers(func(ReqMeta, KVPairs, *Server) {}) // never responds
 	w := j.newWorker(0, 0)
 	ts, err := Push(w, []uint64{1}, []float32{5}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
 		j.Workers[0].Stop()
@@ -707,15 +679,11 @@ func TestWireFormat(t *testing.T) {
 	got := make(chan *message.Message, 16)
 	for _, po := range j.Servers {
 		c, err := NewCustomer(po, 3, 3, func(m *message.Message) { got <- m })
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(c.Close)
 	}
 	w, err := NewWorker(j.Workers[0], 3, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(w.Close)
 	r := j.Workers[0].ServerKeyRanges()
 	keys := []uint64{r[0].Begin + 1, r[1].Begin + 1, r[1].Begin + 2}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/stretchr/testify/assert"
 )
 
 // TestLargeValuesExactSum pushes and pulls values of 256 KiB and more per
@@ -47,8 +48,7 @@ func TestLargeValuesExactSum(t *testing.T) {
 			var tss []int32
 			for r := range rounds {
 				ts, err := Push(w, keys, valsFor(wi, r), lens, Options{})
-				if err != nil {
-					t.Errorf("push: %v", err)
+				if !assert.NoError(t, err, "push") {
 					return
 				}
 				tss = append(tss, ts)
@@ -57,24 +57,19 @@ func TestLargeValuesExactSum(t *testing.T) {
 				var got []float32
 				ts, err = Pull(w, keys, &got, nil, Options{})
 				wait(t, w, ts, err)
-				if len(got) != len(want) {
-					t.Errorf("pulled %d values, want %d", len(got), len(want))
-				}
+				assert.Len(t, got, len(want), "pulled values")
 			}
 			for _, ts := range tss {
 				wait(t, w, ts, nil)
 			}
-			if err := j.Workers[wi].Barrier(0, message.WorkerGroup); err != nil {
-				t.Errorf("barrier: %v", err)
+			if !assert.NoError(t, j.Workers[wi].Barrier(0, message.WorkerGroup), "barrier") {
 				return
 			}
 			for range 4 {
 				var got []float32
 				ts, err := Pull(w, keys, &got, nil, Options{})
 				wait(t, w, ts, err)
-				if err := sameFloats(got, want); err != nil {
-					t.Errorf("worker %d: %v", wi, err)
-				}
+				assert.NoError(t, sameFloats(got, want), "worker %d", wi)
 			}
 		})
 	}

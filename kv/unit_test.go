@@ -14,6 +14,8 @@ import (
 	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // nopTransport lets a Postoffice exist without a network, for tests of the
@@ -33,9 +35,7 @@ func newOfflinePostoffice(t *testing.T) *postoffice.Postoffice {
 		Role: message.RoleWorker, NumWorkers: 1, NumServers: 2,
 		SchedulerHost: "127.0.0.1", SchedulerPort: 1, Logger: jobtest.Logger(),
 	}, nopTransport{closed: make(chan struct{})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(po.Stop)
 	return po
 }
@@ -57,9 +57,7 @@ func TestCustomerQueueOrder(t *testing.T) {
 		}
 		got <- m.Meta.Head
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	c.Accept(msg(0, 0, true))
 	time.Sleep(10 * time.Millisecond)
@@ -83,9 +81,7 @@ func TestTracker(t *testing.T) {
 	po := newOfflinePostoffice(t)
 	handled := 0
 	c, err := NewCustomer(po, 0, 0, func(*message.Message) { handled++ })
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ts := c.NewRequest(message.ServerGroup) // two servers
 	if ts != 0 || c.NewRequest(message.ServerGroup) != 1 {
 		t.Fatalf("timestamps do not start at 0")
@@ -104,15 +100,11 @@ func TestTracker(t *testing.T) {
 	resp := msg(0, 0, false)
 	resp.Meta.Timestamp = ts
 	c.Accept(resp)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, <-done)
 	if handled != 1 { // read after Wait: the handler ran before
 		t.Errorf("handler ran %d times before Wait returned", handled)
 	}
-	if err := c.Wait(ts); err != nil {
-		t.Errorf("Wait on a completed request: %v", err)
-	}
+	assert.NoError(t, c.Wait(ts), "Wait on a completed request")
 	if n := c.NumResponse(ts); n != -1 {
 		t.Errorf("NumResponse of a completed request = %d, want -1", n)
 	}
@@ -141,9 +133,7 @@ func TestTracker(t *testing.T) {
 		t.Errorf("tracker holds %d pending, %d failed (%d order): not compacted", pending, failed, order)
 	}
 	// An empty group completes at once.
-	if err := c.Wait(c.NewRequest(message.WorkerGroup | 8)); err != nil {
-		t.Errorf("Wait on a request to nobody: %v", err)
-	}
+	assert.NoError(t, c.Wait(c.NewRequest(message.WorkerGroup|8)), "Wait on a request to nobody")
 	// Close releases waiters.
 	open := c.NewRequest(message.ServerGroup)
 	go func() { time.Sleep(20 * time.Millisecond); c.Close() }()
@@ -155,9 +145,7 @@ func TestTracker(t *testing.T) {
 func TestTrackerStop(t *testing.T) {
 	po := newOfflinePostoffice(t)
 	c, err := NewCustomer(po, 0, 0, func(*message.Message) {})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	ts := c.NewRequest(message.ServerGroup)
 	go func() { time.Sleep(20 * time.Millisecond); po.Stop() }()
@@ -228,9 +216,7 @@ func TestDefaultHandlerApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := h.apply(pull, KVPairs{Keys: []uint64{1, 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if v, _ := FromBytes[int32](res.Vals); !slices.Equal(v, []int32{1, 20, 40}) || !slices.Equal(res.Lens, []int32{1, 2}) {
 		t.Errorf("pulled %v lens %v", v, res.Lens)
 	}
