@@ -267,6 +267,16 @@ func isBenign(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "are already on node") || strings.Contains(err.Error(), "span servers"))
 }
 
+// Scale-out then scale-in while workers push: a standby server joins the
+// running job and receives keys, then a server is drained and leaves; the
+// final sums are exact and a later barrier on all nodes does not wait for
+// the server that left (nor count the standby).
+func TestScaleOutAndIn(t *testing.T) {
+	for _, syncMode := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sync=%v", syncMode), func(t *testing.T) { scaleOutAndIn(t, syncMode) })
+	}
+}
+
 func scaleOutAndIn(t *testing.T, syncMode bool) {
 	const ns, nw = 3, 2
 	// Workers push until the scaling is done, then a few rounds more, so
