@@ -8,13 +8,13 @@ import (
 // per server over ZeroMQ on loopback (1 worker, 2 servers, default store),
 // the servers set up as the elasticps server command sets them up.
 func BenchmarkPushPull(b *testing.B) {
-	j := startJob(b, 2, 1, jobOptions{})
+	j := startJob(b, 2, 1)
 	j.startServersWith(func(s *Server) {
 		s.SetRequestHandler(NewDefaultHandler().Handle)
 		s.ReleaseRequests(true) // the default store copies what it keeps
 	})
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 1)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 1)
 	vals := make([]float32, 512)
 	out := make([]float32, 512)
 	b.SetBytes(int64(4 * len(vals)))

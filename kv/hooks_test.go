@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/routing"
 	"github.com/stretchr/testify/assert"
@@ -45,13 +46,13 @@ func (h *countingHandler) handle(meta ReqMeta, data KVPairs, s *Server) {
 }
 
 func TestRouterDecidesWhichServerGetsAKey(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	hs := []*countingHandler{{DefaultHandler: NewDefaultHandler()}, {DefaultHandler: NewDefaultHandler()}}
 	i := 0
-	j.startServersWith(func(s *Server) { s.SetRequestHandler(hs[j.servers[i].MyRank()].handle); i++ })
-	ranges := j.workers[0].ServerKeyRanges()
+	j.startServersWith(func(s *Server) { s.SetRequestHandler(hs[j.Servers[i].MyRank()].handle); i++ })
+	ranges := j.Workers[0].ServerKeyRanges()
 	router := newEverythingOn(ranges, int32(message.ServerRankToID(1)))
-	w, err := NewWorkerWith(j.workers[0], 0, 0, WorkerOptions{Router: router})
+	w, err := NewWorkerWith(j.Workers[0], 0, 0, WorkerOptions{Router: router})
 	require.NoError(t, err)
 	t.Cleanup(w.Close)
 
@@ -96,10 +97,10 @@ func (g *holdFirst) Admit(m *message.Message, keys []uint64) (Admitted, bool) {
 }
 
 func TestGateHoldsARequestUntilReadmitted(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	g := &holdFirst{held: make(chan *message.Message, 1)}
 	store := NewDefaultHandler()
-	srv, err := NewServerWith(j.servers[0], 0, ServerOptions{Handler: store.Handle,
+	srv, err := NewServerWith(j.Servers[0], 0, ServerOptions{Handler: store.Handle,
 		Gate: func(s *Server) RequestGate { g.srv = s; return g }})
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)
@@ -109,15 +110,10 @@ func TestGateHoldsARequestUntilReadmitted(t *testing.T) {
 
 	ts, err := Push(w, keys, []float32{5}, nil, Options{})
 	require.NoError(t, err)
-	var held *message.Message
-	select {
-	case held = <-g.held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the gate never saw the push")
-	}
+	held := testutil.Recv(t, g.held, 10*time.Second, func() string { return "the gate never saw the push" })
 	assert.Zero(t, g.answered.Load())
 	srv.Readmit(held)
-	require.NoError(t, waitTimeout(t, 10*time.Second, "readmitted push", func() error { return w.Wait(ts) }))
+	require.NoError(t, testutil.Within(t, 10*time.Second, func() error { return w.Wait(ts) }, func() string { return "readmitted push" }))
 
 	var got []float32
 	ts, err = Pull(w, keys, &got, nil, Options{})
@@ -130,11 +126,11 @@ func TestGateHoldsARequestUntilReadmitted(t *testing.T) {
 }
 
 func TestHandleLocalBypassesTheGate(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	g := &holdFirst{held: make(chan *message.Message, 1)}
 	g.once.Do(func() {}) // hold nothing
 	store := NewDefaultHandler()
-	srv, err := NewServerWith(j.servers[0], 0, ServerOptions{Handler: store.Handle,
+	srv, err := NewServerWith(j.Servers[0], 0, ServerOptions{Handler: store.Handle,
 		Gate: func(*Server) RequestGate { return g }})
 	require.NoError(t, err)
 	t.Cleanup(srv.Close)

@@ -1,10 +1,14 @@
 package kv
 
 import (
-	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestBlockedHandlerDoesNotStopReceiving: a server handler of app 0 blocks
@@ -25,15 +29,14 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 		{"queued", -1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := startJob(t, 1, 1, jobOptions{inlineHandOver: tc.handOver})
+			j := startJobWith(t, jobtest.Options{Servers: 1, Workers: 1,
+				Configure: func(c *postoffice.Config) { c.InlineHandOver = tc.handOver }})
 			release := make(chan struct{})
 			var once sync.Once
 			var mu sync.Mutex
 			var order []int32
-			srv0, err := NewServer(j.servers[0], 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv0, err := NewServer(j.Servers[0], 0)
+			require.NoError(t, err)
 			t.Cleanup(srv0.Close)
 			srv0.SetRequestHandler(func(meta ReqMeta, data KVPairs, srv *Server) {
 				if meta.Cmd == 1 {
@@ -42,27 +45,19 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 				mu.Lock()
 				order = append(order, meta.Cmd)
 				mu.Unlock()
-				if err := srv.Response(meta, KVPairs{}); err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, srv.Response(meta, KVPairs{}))
 			})
-			srv1, err := NewServer(j.servers[0], 1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv1, err := NewServer(j.Servers[0], 1)
+			require.NoError(t, err)
 			t.Cleanup(srv1.Close)
 			srv1.SetRequestHandler(func(meta ReqMeta, data KVPairs, srv *Server) {
 				once.Do(func() { close(release) })
-				if err := srv.Response(meta, KVPairs{}); err != nil {
-					t.Error(err)
-				}
+				assert.NoError(t, srv.Response(meta, KVPairs{}))
 			})
 
 			w0 := j.newWorker(0, 0)
-			w1, err := NewWorker(j.workers[0], 1, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			w1, err := NewWorker(j.Workers[0], 1, 0)
+			require.NoError(t, err)
 			t.Cleanup(w1.Close)
 			// Registered last, run first: a failed run must not leave
 			// the handler blocked, since closing its server waits for it.
@@ -71,9 +66,7 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 			var ts []int32
 			for cmd := int32(1); cmd <= 5; cmd++ {
 				id, err := Push(w0, []uint64{7}, []float32{float32(cmd)}, nil, Options{Cmd: cmd})
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				ts = append(ts, id)
 			}
 			// Let app 0's requests reach the server before app 1's.
@@ -85,15 +78,12 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if want := []int32{1, 2, 3, 4, 5}; !slices.Equal(order, want) {
-				t.Errorf("app 0 handled commands %v, want %v", order, want)
-			}
-			got := j.servers[0].Stats().HandOvers.Load()
-			if tc.handOvers && got == 0 {
-				t.Error("no hand-over counted, yet app 1 was received while app 0's handler blocked")
-			}
-			if !tc.handOvers && got != 0 {
-				t.Errorf("%d hand-overs counted with inline handling off", got)
+			assert.Equal(t, []int32{1, 2, 3, 4, 5}, order, "commands app 0 handled")
+			got := j.Servers[0].Stats().HandOvers.Load()
+			if tc.handOvers {
+				assert.NotZero(t, got, "no hand-over counted, yet app 1 was received while app 0's handler blocked")
+			} else {
+				assert.Zero(t, got, "hand-overs counted with inline handling off")
 			}
 
 		})
@@ -104,21 +94,20 @@ func TestBlockedHandlerDoesNotStopReceiving(t *testing.T) {
 // servers, so that requests find their customer sometimes idle (handled on
 // the receive goroutine) and sometimes busy (queued); the sums are exact.
 func TestInlineManyRounds(t *testing.T) {
-	j := startJob(t, 2, 2, jobOptions{})
+	j := startJob(t, 2, 2)
 	j.startDefaultServers()
 	keys := []uint64{1, 1 << 62}
 	const rounds = 300
 	var wg sync.WaitGroup
 	var ws []*Worker
-	for i := range j.workers {
+	for i := range j.Workers {
 		w := j.newWorker(i, 0)
 		ws = append(ws, w)
 		wg.Go(func() {
 			var inFlight []int32
 			for range rounds {
 				ts, err := Push(w, keys, []float32{1, 2}, nil, Options{})
-				if err != nil {
-					t.Error(err)
+				if !assert.NoError(t, err) {
 					return
 				}
 				inFlight = append(inFlight, ts)
@@ -137,10 +126,8 @@ func TestInlineManyRounds(t *testing.T) {
 	var got []float32
 	ts, err := Pull(w, keys, &got, nil, Options{})
 	wait(t, w, ts, err)
-	n := float32(rounds * len(j.workers))
-	if want := []float32{n, 2 * n}; !slices.Equal(got, want) {
-		t.Errorf("pulled %v, want %v", got, want)
-	}
+	n := float32(rounds * len(j.Workers))
+	assert.Equal(t, []float32{n, 2 * n}, got, "pulled")
 }
 
 // TestSlowHandlerLeavesTheReceiveGoroutine: a server whose handler takes
@@ -158,7 +145,7 @@ func TestSlowHandlerLeavesTheReceiveGoroutine(t *testing.T) {
 		{"quick", 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := startJob(t, 1, 1, jobOptions{})
+			j := startJob(t, 1, 1)
 			h := NewDefaultHandler()
 			srv := j.startServers(func(meta ReqMeta, data KVPairs, s *Server) {
 				time.Sleep(tc.delay)
@@ -173,14 +160,12 @@ func TestSlowHandlerLeavesTheReceiveGoroutine(t *testing.T) {
 			var got []float32
 			ts, err := Pull(w, []uint64{5}, &got, nil, Options{})
 			wait(t, w, ts, err)
-			if !slices.Equal(got, []float32{2 * rounds}) {
-				t.Errorf("pulled %v, want [%d]", got, 2*rounds)
-			}
+			assert.Equal(t, []float32{2 * rounds}, got, "pulled")
 			srv.c.qmu.Lock()
 			inline := srv.c.inline
 			srv.c.qmu.Unlock()
-			if !tc.wantInline && inline {
-				t.Errorf("customer handles inline = %v after %d requests, want %v", inline, rounds, tc.wantInline)
+			if !tc.wantInline {
+				assert.False(t, inline, "customer handles inline after %d requests", rounds)
 			}
 		})
 	}

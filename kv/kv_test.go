@@ -1,19 +1,21 @@
 package kv
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const waitLimit = 20 * time.Second
@@ -58,13 +60,10 @@ func scaled(vals []float32, f float32) []float32 {
 
 func wait(t *testing.T, w *Worker, ts int32, err error) {
 	t.Helper()
-	if err != nil {
-		t.Errorf("issue: %v", err)
+	if !assert.NoError(t, err, "issue") {
 		return
 	}
-	if err := waitTimeout(t, waitLimit, fmt.Sprintf("Wait(%d)", ts), func() error { return w.Wait(ts) }); err != nil {
-		t.Errorf("Wait(%d): %v", ts, err)
-	}
+	assert.NoError(t, testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return fmt.Sprintf("Wait(%d)", ts) }), "Wait(%d)", ts)
 }
 
 // TestPushPullSum: two workers push integer-valued floats several times to
@@ -75,9 +74,9 @@ func TestPushPullSum(t *testing.T) {
 		for _, withLens := range []bool{false, true} {
 			t.Run(fmt.Sprintf("servers=%d/lens=%v", ns, withLens), func(t *testing.T) {
 				const nw, rounds = 2, 3
-				j := startJob(t, ns, nw, jobOptions{})
+				j := startJob(t, ns, nw)
 				j.startDefaultServers()
-				keys := spreadKeys(j.workers[0].ServerKeyRanges(), 5)
+				keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 5)
 				vals, lens := testValues(keys, withLens)
 				want := scaled(vals, rounds*nw)
 				workers := []*Worker{j.newWorker(0, 0), j.newWorker(1, 0)}
@@ -88,8 +87,7 @@ func TestPushPullSum(t *testing.T) {
 						var tss []int32
 						for range rounds {
 							ts, err := Push(w, keys, vals, lens, Options{})
-							if err != nil {
-								t.Errorf("push: %v", err)
+							if !assert.NoError(t, err, "push") {
 								return
 							}
 							tss = append(tss, ts)
@@ -97,8 +95,7 @@ func TestPushPullSum(t *testing.T) {
 						for _, ts := range tss {
 							wait(t, w, ts, nil)
 						}
-						if err := j.workers[wi].Barrier(0, message.WorkerGroup); err != nil {
-							t.Errorf("barrier: %v", err)
+						if !assert.NoError(t, j.Workers[wi].Barrier(0, message.WorkerGroup), "barrier") {
 							return
 						}
 						// Into an empty destination, with lens.
@@ -106,23 +103,19 @@ func TestPushPullSum(t *testing.T) {
 						var gotLens []int32
 						ts, err := Pull(w, keys, &got, &gotLens, Options{})
 						wait(t, w, ts, err)
-						if !slices.Equal(got, want) {
-							t.Errorf("worker %d pulled %v, want %v", wi, got, want)
-						}
+						assert.Equal(t, want, got, "worker %d pulled", wi)
 						wantLens := lens
 						if !withLens {
 							wantLens = slices.Repeat([]int32{2}, len(keys))
 						}
-						if !slices.Equal(gotLens, wantLens) {
-							t.Errorf("worker %d pulled lens %v, want %v", wi, gotLens, wantLens)
-						}
+						assert.Equal(t, wantLens, gotLens, "worker %d pulled lens", wi)
 						// Into a pre-sized destination, raw bytes.
 						pre := make([]byte, 4*len(vals))
 						ts, err = w.Pull(keys, &pre, nil, Options{})
 						wait(t, w, ts, err)
-						if f, _ := FromBytes[float32](pre); !slices.Equal(f, want) {
-							t.Errorf("worker %d pulled %v into a pre-sized buffer, want %v", wi, f, want)
-						}
+						f, err := FromBytes[float32](pre)
+						assert.NoError(t, err)
+						assert.Equal(t, want, f, "worker %d pulled into a pre-sized buffer", wi)
 					})
 				}
 				wg.Wait()
@@ -136,16 +129,12 @@ func TestPushPullSum(t *testing.T) {
 				ts, err := PushPull(workers[0], keys, vals, &out, &outLens, Options{})
 				wait(t, workers[0], ts, err)
 				want = scaled(vals, rounds*nw+1)
-				if !slices.Equal(out, want) {
-					t.Errorf("push-pull returned %v, want %v", out, want)
-				}
+				assert.Equal(t, want, out, "push-pull returned")
 				// ...which worker 1 then sees.
 				var got []float32
 				ts, err = Pull(workers[1], keys, &got, nil, Options{})
 				wait(t, workers[1], ts, err)
-				if !slices.Equal(got, want) {
-					t.Errorf("after push-pull worker 1 pulled %v, want %v", got, want)
-				}
+				assert.Equal(t, want, got, "after push-pull worker 1 pulled")
 			})
 		}
 	}
@@ -153,10 +142,10 @@ func TestPushPullSum(t *testing.T) {
 
 // TestTypedValues pushes and pulls every summable element type.
 func TestTypedValues(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 3)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 3)
 	t.Run("int32", func(t *testing.T) { typedRoundTrip(t, w, keys, 100, []int32{-1, 2, -3, 4, 5, 6}) })
 	t.Run("int64", func(t *testing.T) { typedRoundTrip(t, w, keys, 200, []int64{-1 << 40, 2, 3, 4, 5, 6}) })
 	t.Run("uint64", func(t *testing.T) { typedRoundTrip(t, w, keys, 300, []uint64{1 << 60, 2, 3, 4, 5, 6}) })
@@ -176,20 +165,17 @@ func typedRoundTrip[T Number](t *testing.T, w *Worker, keys []uint64, offset uin
 	var got []T
 	ts, err := Pull(w, keys, &got, nil, Options{})
 	wait(t, w, ts, err)
+	require.Len(t, got, len(vals))
 	for i := range vals {
-		if got[i] != vals[i]+vals[i] {
-			t.Fatalf("value %d: got %v, want %v", i, got[i], vals[i]+vals[i])
-		}
+		require.Equal(t, vals[i]+vals[i], got[i], "value %d", i)
 	}
 	// The same key pulled as another type is refused by the store.
 	var wrong []float32
 	ts, err = Pull(w, keys, &wrong, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var se *ServerError
-	if err := w.Wait(ts); DataTypeOf[T]() != message.Float && !errors.As(err, &se) {
-		t.Fatalf("pull as the wrong type: %v, want a ServerError", err)
+	if err := w.Wait(ts); DataTypeOf[T]() != message.Float {
+		require.ErrorAs(t, err, &se, "pull as the wrong type")
 	}
 }
 
@@ -197,66 +183,50 @@ func typedRoundTrip[T Number](t *testing.T, w *Worker, keys []uint64, offset uin
 // node, the scheduler included, handles exactly 100 and every response
 // comes back.
 func TestSimpleAppGroupAll(t *testing.T) {
-	j := startJob(t, 2, 2, jobOptions{})
-	nodes := j.all()
+	j := startJob(t, 2, 2)
+	nodes := j.All()
 	counts := make([]atomic.Int64, len(nodes))
 	var apps []*SimpleApp
 	for i, po := range nodes {
 		app, err := NewSimpleApp(po, 0, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(app.Close)
 		app.SetRequestHandler(func(d SimpleData, a *SimpleApp) {
 			counts[i].Add(1)
-			if string(d.Body) != fmt.Sprint(d.Head) || d.Sender != message.SchedulerID {
-				t.Errorf("node %d got head %d body %q from %d", i, d.Head, d.Body, d.Sender)
-			}
-			if err := a.Response(d, []byte("re:"+string(d.Body))); err != nil {
-				t.Error(err)
-			}
+			assert.Equal(t, fmt.Sprint(d.Head), string(d.Body), "node %d: the body of head %d", i, d.Head)
+			assert.Equal(t, int32(message.SchedulerID), d.Sender, "node %d: the sender", i)
+			assert.NoError(t, a.Response(d, []byte("re:"+string(d.Body))))
 		})
 		apps = append(apps, app)
 	}
-	sched := apps[len(apps)-1]
+	sched := apps[0] // All lists the scheduler first
 	var responses atomic.Int64
 	sched.SetResponseHandler(func(d SimpleData, _ *SimpleApp) {
 		responses.Add(1)
-		if string(d.Body) != fmt.Sprint("re:", d.Head) {
-			t.Errorf("response head %d body %q", d.Head, d.Body)
-		}
+		assert.Equal(t, fmt.Sprint("re:", d.Head), string(d.Body), "response of head %d", d.Head)
 	})
 	var tss []int32
 	for r := range 100 {
 		ts, err := sched.Request(int32(r), []byte(fmt.Sprint(r)), message.AllGroup)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		tss = append(tss, ts)
 	}
 	for _, ts := range tss {
-		if err := waitTimeout(t, waitLimit, "SimpleApp.Wait", func() error { return sched.Wait(ts) }); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, testutil.Within(t, waitLimit, func() error { return sched.Wait(ts) }, func() string { return "SimpleApp.Wait" }))
 	}
 	for i := range counts {
-		if n := counts[i].Load(); n != 100 {
-			t.Errorf("node %d (%s) handled %d requests, want 100", i, nodes[i].Role(), n)
-		}
+		assert.EqualValues(t, 100, counts[i].Load(), "node %d (%s) handled", i, nodes[i].Role())
 	}
-	if n := responses.Load(); n != 100*int64(len(nodes)) {
-		t.Errorf("%d responses, want %d", n, 100*len(nodes))
-	}
-	if _, err := sched.Request(0, nil, 12345); err == nil {
-		t.Error("Request to an unknown group succeeded")
-	}
+	assert.EqualValues(t, 100*int64(len(nodes)), responses.Load())
+	_, err := sched.Request(0, nil, 12345)
+	assert.Error(t, err, "Request to an unknown group")
 }
 
 // TestServerCommands: simple_app messages reach the SimpleApp embedded in a
 // Worker and a Server (how MXNet sends commands to servers), and share the
 // worker's timestamps.
 func TestServerCommands(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	var cmds atomic.Int64
 	for _, srv := range j.startServers(NewDefaultHandler().Handle) {
 		srv.Simple().SetRequestHandler(func(d SimpleData, a *SimpleApp) {
@@ -268,19 +238,13 @@ func TestServerCommands(t *testing.T) {
 	}
 	w := j.newWorker(0, 0)
 	ts1, err := w.Simple().Request(7, []byte("sync_mode"), message.ServerGroup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 1)
+	require.NoError(t, err)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 1)
 	ts2, err := Push(w, keys, []float32{1, 2}, nil, Options{})
 	wait(t, w, ts2, err)
 	wait(t, w, ts1, nil)
-	if ts2 != ts1+1 {
-		t.Errorf("timestamps %d then %d: the worker and its SimpleApp should share one counter", ts1, ts2)
-	}
-	if n := cmds.Load(); n != 2 {
-		t.Errorf("%d servers saw the command, want 2", n)
-	}
+	assert.Equal(t, ts1+1, ts2, "timestamps: the worker and its SimpleApp share one counter")
+	assert.EqualValues(t, 2, cmds.Load(), "servers that saw the command")
 }
 
 // TestTwoCustomersOneWorker: one worker process with customers 0 and 1
@@ -288,9 +252,9 @@ func TestServerCommands(t *testing.T) {
 // round releases both.
 func TestTwoCustomersOneWorker(t *testing.T) {
 	const rounds = 3
-	j := startJob(t, 2, 1, jobOptions{customersPerWorker: 2})
+	j := startJobWith(t, jobtest.Options{Servers: 2, Workers: 1, CustomersPerWorker: 2})
 	j.startDefaultServers()
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 4)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 4)
 	vals, lens := testValues(keys, true)
 	want := scaled(vals, rounds*2)
 	var wg sync.WaitGroup
@@ -301,25 +265,17 @@ func TestTwoCustomersOneWorker(t *testing.T) {
 				ts, err := Push(w, keys, vals, lens, Options{})
 				wait(t, w, ts, err)
 			}
-			if err := j.workers[0].Barrier(c, message.WorkerGroup); err != nil {
-				t.Errorf("customer %d barrier: %v", c, err)
+			if !assert.NoError(t, j.Workers[0].Barrier(c, message.WorkerGroup), "customer %d barrier", c) {
 				return
 			}
 			var got []float32
 			ts, err := Pull(w, keys, &got, nil, Options{})
 			wait(t, w, ts, err)
-			if !slices.Equal(got, want) {
-				t.Errorf("customer %d pulled %v, want %v", c, got, want)
-			}
+			assert.Equal(t, want, got, "customer %d pulled", c)
 		})
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(waitLimit):
-		t.Fatal("customers did not finish (barrier not released?)")
-	}
+	testutil.Within(t, waitLimit, func() bool { wg.Wait(); return true },
+		func() string { return "customers did not finish (barrier not released?)" })
 }
 
 // TestCallbacksBeforeWait: a callback's effects are visible when Wait
@@ -327,35 +283,28 @@ func TestTwoCustomersOneWorker(t *testing.T) {
 // copied values, and callbacks of empty requests run before the call
 // returns.
 func TestCallbacksBeforeWait(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 3)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 3)
 	vals, _ := testValues(keys, false)
 
 	pushed := false
 	ts, err := Push(w, keys, vals, nil, Options{Callback: func() { pushed = true }})
 	wait(t, w, ts, err)
-	if !pushed {
-		t.Error("push callback had not run when Wait returned")
-	}
+	assert.True(t, pushed, "push callback had not run when Wait returned")
 
 	var got []float32
 	sawValues := false
 	ts, err = Pull(w, keys, &got, nil, Options{Callback: func() { sawValues = slices.Equal(got, vals) }})
 	wait(t, w, ts, err)
-	if !sawValues {
-		t.Errorf("pull callback did not see the pulled values (got %v)", got)
-	}
+	assert.True(t, sawValues, "pull callback did not see the pulled values (got %v)", got)
 
 	ran := false
 	ts, err = w.Push(nil, nil, nil, Options{Callback: func() { ran = true }})
-	if err != nil || !ran {
-		t.Errorf("empty push: err %v, callback ran %v", err, ran)
-	}
-	if err := w.Wait(ts); err != nil {
-		t.Error(err)
-	}
+	assert.NoError(t, err, "empty push")
+	assert.True(t, ran, "empty push: callback ran")
+	assert.NoError(t, w.Wait(ts))
 
 	// A failing operation still runs OnError then Callback.
 	var order []string
@@ -364,22 +313,16 @@ func TestCallbacksBeforeWait(t *testing.T) {
 		OnError:  func(error) { order = append(order, "error") },
 		Callback: func() { order = append(order, "callback") },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Wait(ts); err == nil {
-		t.Error("pull into a too small buffer succeeded")
-	}
-	if !slices.Equal(order, []string{"error", "callback"}) {
-		t.Errorf("failure hooks ran as %v", order)
-	}
+	require.NoError(t, err)
+	assert.Error(t, w.Wait(ts), "pull into a too small buffer")
+	assert.Equal(t, []string{"error", "callback"}, order, "the order the failure hooks ran in")
 }
 
 // TestAsyncResponse: the server answers from another goroutine after a
 // delay, two requests for one key are outstanding at once, and a second
 // Response for a request is refused.
 func TestAsyncResponse(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	var second atomic.Value
 	j.startServers(func(meta ReqMeta, data KVPairs, srv *Server) {
 		go func() {
@@ -393,9 +336,7 @@ func TestAsyncResponse(t *testing.T) {
 				}
 				res.Vals = AsBytes(vals)
 			}
-			if err := srv.Response(meta, res); err != nil {
-				t.Error(err)
-			}
+			assert.NoError(t, srv.Response(meta, res))
 			second.Store(srv.Response(meta, res))
 		}()
 	})
@@ -408,20 +349,18 @@ func TestAsyncResponse(t *testing.T) {
 	wait(t, w, ts3, err3)
 	wait(t, w, ts2, err2)
 	wait(t, w, ts1, err1)
-	if !slices.Equal(a, []float32{13, 14}) || !slices.Equal(b, []float32{23, 24}) {
-		t.Errorf("pulled %v and %v", a, b)
-	}
+	assert.Equal(t, []float32{13, 14}, a, "first pull")
+	assert.Equal(t, []float32{23, 24}, b, "second pull")
 	time.Sleep(50 * time.Millisecond)
-	if err, _ := second.Load().(error); !errors.Is(err, ErrAlreadyResponded) {
-		t.Errorf("second Response: %v, want ErrAlreadyResponded", err)
-	}
+	err, _ := second.Load().(error)
+	assert.ErrorIs(t, err, ErrAlreadyResponded, "second Response")
 }
 
 // TestRowSparse: MXNet row-sparse requests (a master key of length 0 then
 // repeated/row keys, non-decreasing) and their lens pass through unchanged
 // both ways.
 func TestRowSparse(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	type seen struct {
 		keys []uint64
 		lens []int32
@@ -436,12 +375,10 @@ func TestRowSparse(t *testing.T) {
 		if meta.Pull {
 			res = data // echo keys, values and lens
 		}
-		if err := srv.Response(meta, res); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, srv.Response(meta, res))
 	})
 	w := j.newWorker(0, 0)
-	r := j.workers[0].ServerKeyRanges()
+	r := j.Workers[0].ServerKeyRanges()
 	keys := []uint64{r[0].Begin + 5, r[0].Begin + 5, r[0].Begin + 6, r[1].Begin + 2, r[1].Begin + 2}
 	lens := []int32{0, 2, 2, 0, 1}
 	vals := []float32{1, 2, 3, 4, 5}
@@ -449,17 +386,14 @@ func TestRowSparse(t *testing.T) {
 	outLens := slices.Clone(lens)
 	ts, err := PushPull(w, keys, vals, &out, &outLens, Options{})
 	wait(t, w, ts, err)
-	if !slices.Equal(out, vals) || !slices.Equal(outLens, lens) {
-		t.Errorf("push-pull echoed %v lens %v", out, outLens)
-	}
+	assert.Equal(t, vals, out, "push-pull echoed")
+	assert.Equal(t, lens, outLens, "push-pull echoed lens")
 	mu.Lock()
-	if len(got) != 2 || !slices.Equal(got[0].keys, keys[:3]) && !slices.Equal(got[1].keys, keys[:3]) {
-		t.Errorf("servers saw %+v", got)
+	if assert.Len(t, got, 2, "servers that saw the push-pull") {
+		assert.True(t, slices.Equal(got[0].keys, keys[:3]) || slices.Equal(got[1].keys, keys[:3]), "servers saw %+v", got)
 	}
 	for _, s := range got {
-		if !slices.Equal(s.lens, lens[:3]) && !slices.Equal(s.lens, lens[3:]) {
-			t.Errorf("server saw lens %v", s.lens)
-		}
+		assert.True(t, slices.Equal(s.lens, lens[:3]) || slices.Equal(s.lens, lens[3:]), "server saw lens %v", s.lens)
 	}
 	mu.Unlock()
 	// The master key alone, with no values.
@@ -471,10 +405,10 @@ func TestRowSparse(t *testing.T) {
 // server errors and wrong destinations fail the operation's Wait; malformed
 // requests are rejected by the server, which keeps serving.
 func TestErrors(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	r := j.workers[0].ServerKeyRanges()
+	r := j.Workers[0].ServerKeyRanges()
 	keys := spreadKeys(r, 2)
 	vals, _ := testValues(keys, false)
 	ts, err := Push(w, keys, vals, nil, Options{})
@@ -500,69 +434,49 @@ func TestErrors(t *testing.T) {
 	}
 	for _, c := range upFront {
 		ts, err := c.do()
-		if err == nil || !strings.Contains(err.Error(), c.want) || ts != -1 {
-			t.Errorf("%s: ts %d err %v, want an error about %q", c.name, ts, err, c.want)
-		}
+		assert.ErrorContains(t, err, c.want, c.name)
+		assert.Equal(t, int32(-1), ts, c.name)
 	}
 
 	// Pre-sized destination of the wrong size: error, nothing written.
 	dst := []float32{-1, -1, -1}
 	ts, err = Pull(w, keys, &dst, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Wait(ts); err == nil || !strings.Contains(err.Error(), "destination") {
-		t.Errorf("wrong-size destination: %v", err)
-	}
-	if !slices.Equal(dst, []float32{-1, -1, -1}) {
-		t.Errorf("destination was written: %v", dst)
-	}
+	require.NoError(t, err)
+	assert.ErrorContains(t, w.Wait(ts), "destination", "wrong-size destination")
+	assert.Equal(t, []float32{-1, -1, -1}, dst, "destination was written")
 	// Lens destination of the wrong size.
 	var out []float32
 	badLens := []int32{0}
 	ts, _ = Pull(w, keys, &out, &badLens, Options{})
-	if err := w.Wait(ts); err == nil || !strings.Contains(err.Error(), "lens destination") {
-		t.Errorf("wrong-size lens destination: %v", err)
-	}
+	assert.ErrorContains(t, w.Wait(ts), "lens destination", "wrong-size lens destination")
 
 	// A server error (pull of a key never pushed) comes back through Wait,
 	// and the other server's part does not hide it.
 	unknown := []uint64{r[0].Begin + 100, r[1].Begin}
 	ts, err = Pull(w, unknown, &out, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var se *ServerError
-	if err := w.Wait(ts); !errors.As(err, &se) || se.Node != 8 || !strings.Contains(se.Msg, "never pushed") {
-		t.Errorf("pull of an unknown key: %v", err)
+	if assert.ErrorAs(t, w.Wait(ts), &se, "pull of an unknown key") {
+		assert.Equal(t, int32(8), se.Node, "pull of an unknown key: the node")
+		assert.Contains(t, se.Msg, "never pushed", "pull of an unknown key")
 	}
 	// Waiting again still reports it; a timestamp never issued is an error.
-	if err := w.Wait(ts); !errors.As(err, &se) {
-		t.Errorf("second Wait: %v", err)
-	}
-	if err := w.Wait(1 << 30); err == nil {
-		t.Error("Wait on a timestamp never issued succeeded")
-	}
+	assert.ErrorAs(t, w.Wait(ts), &se, "second Wait")
+	assert.Error(t, w.Wait(1<<30), "Wait on a timestamp never issued")
 	// A push whose size does not match the stored value is refused whole.
 	ts, err = Push(w, keys, append(slices.Clone(vals), vals...), nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Wait(ts); !errors.As(err, &se) {
-		t.Errorf("push of a different length: %v", err)
-	}
+	require.NoError(t, err)
+	assert.ErrorAs(t, w.Wait(ts), &se, "push of a different length")
 	// The store is unchanged and the job still works.
 	ts, err = Pull(w, keys, &out, nil, Options{})
 	wait(t, w, ts, err)
-	if !slices.Equal(out, vals) {
-		t.Errorf("after rejected requests pulled %v, want %v", out, vals)
-	}
+	assert.Equal(t, vals, out, "after rejected requests pulled")
 }
 
 // TestBadReplies: a server handler that answers wrongly makes the worker's
 // operation fail with a descriptive error instead of aborting.
 func TestBadReplies(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	f32 := func(v ...float32) []byte { return AsBytes(v) }
 	j.startServers(func(meta ReqMeta, data KVPairs, srv *Server) {
 		var err error
@@ -578,18 +492,14 @@ func TestBadReplies(t *testing.T) {
 		case 3: // values not whole float32s
 			err = srv.Response(meta, KVPairs{Keys: data.Keys, Vals: []byte{1, 2, 3}})
 		case 4: // lens not one per key: Response refuses and sends an error
-			if err = srv.Response(meta, KVPairs{Keys: data.Keys, Vals: f32(1, 2), Lens: []int32{2}}); err == nil {
-				t.Error("Response with bad lens succeeded")
-			}
+			assert.Error(t, srv.Response(meta, KVPairs{Keys: data.Keys, Vals: f32(1, 2), Lens: []int32{2}}), "Response with bad lens")
 			err = nil
 		case 5: // a key twice
 			err = srv.Response(meta, KVPairs{Keys: []uint64{data.Keys[0], data.Keys[0], data.Keys[1]}, Vals: f32(1, 2, 3)})
 		default:
 			err = srv.Response(meta, KVPairs{Keys: data.Keys, Vals: f32(1, 2)})
 		}
-		if err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, err)
 	})
 	w := j.newWorker(0, 0)
 	keys := []uint64{10, 11}
@@ -602,26 +512,20 @@ func TestBadReplies(t *testing.T) {
 	} {
 		var out []float32
 		ts, err := Pull(w, keys, &out, nil, Options{Cmd: cmd})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) })
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("cmd %d: %v, want an error about %q", cmd, err, want)
-		}
+		require.NoError(t, err)
+		err = testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" })
+		assert.ErrorContains(t, err, want, "cmd %d", cmd)
 	}
 	var out []float32
 	ts, err := Pull(w, keys, &out, nil, Options{})
 	wait(t, w, ts, err)
-	if !slices.Equal(out, []float32{1, 2}) {
-		t.Errorf("good reply: %v", out)
-	}
+	assert.Equal(t, []float32{1, 2}, out, "good reply")
 }
 
 // TestMalformedRequest: requests that ps-lite would abort on are answered
 // with an error and counted, and the server keeps serving.
 func TestMalformedRequest(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	servers := j.startServers(NewDefaultHandler().Handle)
 	w := j.newWorker(0, 0)
 	send := func(frames ...[]byte) error {
@@ -635,10 +539,9 @@ func TestMalformedRequest(t *testing.T) {
 		for i, f := range frames {
 			m.AddData(types[i], f)
 		}
-		if _, err := j.workers[0].Send(m); err != nil {
-			t.Fatal(err)
-		}
-		return waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) })
+		_, err := j.Workers[0].Send(m)
+		require.NoError(t, err)
+		return testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" })
 	}
 	cases := []struct {
 		name   string
@@ -653,12 +556,10 @@ func TestMalformedRequest(t *testing.T) {
 	for i, c := range cases {
 		err := send(c.frames...)
 		var se *ServerError
-		if !errors.As(err, &se) || !strings.Contains(se.Msg, c.want) {
-			t.Errorf("%s: %v, want a ServerError about %q", c.name, err, c.want)
+		if assert.ErrorAs(t, err, &se, c.name) {
+			assert.Contains(t, se.Msg, c.want, c.name)
 		}
-		if n := servers[0].Invalid(); n != int64(i+1) {
-			t.Errorf("%s: Invalid()=%d, want %d", c.name, n, i+1)
-		}
+		assert.EqualValues(t, int64(i+1), servers[0].Invalid(), "%s: Invalid()", c.name)
 	}
 	ts, err := Push(w, []uint64{1}, []float32{5}, nil, Options{})
 	wait(t, w, ts, err)
@@ -667,69 +568,51 @@ func TestMalformedRequest(t *testing.T) {
 // TestNoHandler: a server without a handler answers with an error instead
 // of aborting (ps-lite CHECK-fails).
 func TestNoHandler(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	j.startServers(nil)
 	w := j.newWorker(0, 0)
 	ts, err := Push(w, []uint64{1}, []float32{5}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var se *ServerError
-	if err := waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) }); !errors.As(err, &se) {
-		t.Errorf("push to a server without handler: %v", err)
-	}
+	assert.ErrorAs(t, testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" }), &se, "push to a server without handler")
 }
 
 // TestWaitAfterStop: an operation whose server never answers returns
 // ErrStopped from Wait when the node stops.
 func TestWaitAfterStop(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	j.startServers(func(ReqMeta, KVPairs, *Server) {}) // never responds
 	w := j.newWorker(0, 0)
 	ts, err := Push(w, []uint64{1}, []float32{5}, nil, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	go func() {
 		time.Sleep(50 * time.Millisecond)
-		j.workers[0].Stop()
+		j.Workers[0].Stop()
 	}()
-	if err := waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts) }); !errors.Is(err, postoffice.ErrStopped) {
-		t.Errorf("Wait after stop: %v", err)
-	}
-	if _, err := Push(w, []uint64{1}, []float32{5}, nil, Options{}); !errors.Is(err, postoffice.ErrStopped) {
-		t.Errorf("Push after stop: %v", err)
-	}
+	assert.ErrorIs(t, testutil.Within(t, waitLimit, func() error { return w.Wait(ts) }, func() string { return "Wait" }), postoffice.ErrStopped, "Wait after stop")
+	_, err = Push(w, []uint64{1}, []float32{5}, nil, Options{})
+	assert.ErrorIs(t, err, postoffice.ErrStopped, "Push after stop")
 }
 
 // TestWireFormat checks the request messages a Worker sends, as a raw
 // customer on each server sees them: ps-lite's fields, a pull's empty vals
 // frame and no lens, lens only when given.
 func TestWireFormat(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	got := make(chan *message.Message, 16)
-	for _, po := range j.servers {
+	for _, po := range j.Servers {
 		c, err := NewCustomer(po, 3, 3, func(m *message.Message) { got <- m })
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(c.Close)
 	}
-	w, err := NewWorker(j.workers[0], 3, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, err := NewWorker(j.Workers[0], 3, 0)
+	require.NoError(t, err)
 	t.Cleanup(w.Close)
-	r := j.workers[0].ServerKeyRanges()
+	r := j.Workers[0].ServerKeyRanges()
 	keys := []uint64{r[0].Begin + 1, r[1].Begin + 1, r[1].Begin + 2}
 	next := func() *message.Message {
-		select {
-		case m := <-got:
-			return m
-		case <-time.After(waitLimit):
-			t.Fatal("no request arrived")
-			return nil
-		}
+		t.Helper()
+		return testutil.Recv(t, got, waitLimit, func() string { return "no request arrived" })
 	}
 	check := func(what string, push, pull bool, types []message.DataType, frameLens ...[2]int) {
 		t.Helper()
@@ -740,31 +623,33 @@ func TestWireFormat(t *testing.T) {
 			if mm.Recver != 8 {
 				i = 1
 			}
-			if !mm.Request || mm.Push != push || mm.Pull != pull || mm.SimpleApp || mm.AppID != 3 || mm.CustomerID != 0 ||
-				mm.Head != 42 || mm.Priority != 3 || mm.Sender != 9 || !slices.Equal(mm.DataType, types) || len(m.Data) != len(types) {
-				t.Errorf("%s: meta %s prio %d types %v frames %d", what, mm.String(), mm.Priority, mm.DataType, len(m.Data))
+			type fields struct {
+				Request, Push, Pull, SimpleApp bool
+				AppID, CustomerID, Head        int32
+				Priority, Sender               int32
+				DataType                       []message.DataType
+				Frames                         int
+			}
+			if !assert.Equal(t, fields{true, push, pull, false, 3, 0, 42, 3, 9, types, len(types)},
+				fields{mm.Request, mm.Push, mm.Pull, mm.SimpleApp, mm.AppID, mm.CustomerID, mm.Head, mm.Priority, mm.Sender, mm.DataType, len(m.Data)},
+				"%s: meta %s", what, mm.String()) {
 				continue
 			}
-			for f, d := range m.Data {
-				if want := frameLens[i][min(f, 1)]; f < 2 && len(d) != want {
-					t.Errorf("%s to %d: frame %d has %d bytes, want %d", what, mm.Recver, f, len(d), want)
-				}
+			for f, d := range m.Data[:min(len(m.Data), 2)] {
+				assert.Len(t, d, frameLens[i][f], "%s to %d: frame %d", what, mm.Recver, f)
 			}
 		}
 	}
 	opts := Options{Cmd: 42, Priority: 3}
 	var dst []float32
-	if _, err := Pull(w, keys, &dst, nil, opts); err != nil {
-		t.Fatal(err)
-	}
+	_, err = Pull(w, keys, &dst, nil, opts)
+	require.NoError(t, err)
 	check("pull", false, true, []message.DataType{message.Uint64, message.Float}, [2]int{8, 0}, [2]int{16, 0})
-	if _, err := Push(w, keys, []float64{1, 2, 3, 4}, []int32{1, 1, 2}, opts); err != nil {
-		t.Fatal(err)
-	}
+	_, err = Push(w, keys, []float64{1, 2, 3, 4}, []int32{1, 1, 2}, opts)
+	require.NoError(t, err)
 	check("push with lens", true, false, []message.DataType{message.Uint64, message.Double, message.Int32}, [2]int{8, 8}, [2]int{16, 24})
 	opts.DataType = message.Other
-	if _, err := w.PushPull(keys, make([]byte, 6), new([]byte), nil, opts); err != nil {
-		t.Fatal(err)
-	}
+	_, err = w.PushPull(keys, make([]byte, 6), new([]byte), nil, opts)
+	require.NoError(t, err)
 	check("push-pull", true, true, []message.DataType{message.Uint64, message.Other}, [2]int{8, 2}, [2]int{16, 4})
 }

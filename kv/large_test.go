@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/stretchr/testify/assert"
 )
 
 // TestLargeValuesExactSum pushes and pulls values of 256 KiB and more per
@@ -15,12 +16,12 @@ import (
 // message was released shows up here as a wrong sum.
 func TestLargeValuesExactSum(t *testing.T) {
 	const ns, nw, rounds, perKey = 2, 2, 8, 80 << 10 // 320 KiB of float32 per key
-	j := startJob(t, ns, nw, jobOptions{})
+	j := startJob(t, ns, nw)
 	j.startServersWith(func(s *Server) {
 		s.ReleaseRequests(true)
 		s.SetRequestHandler(NewDefaultHandler().Handle)
 	})
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 2)
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 2)
 	lens := make([]int32, len(keys))
 	for i := range lens {
 		lens[i] = perKey
@@ -47,8 +48,7 @@ func TestLargeValuesExactSum(t *testing.T) {
 			var tss []int32
 			for r := range rounds {
 				ts, err := Push(w, keys, valsFor(wi, r), lens, Options{})
-				if err != nil {
-					t.Errorf("push: %v", err)
+				if !assert.NoError(t, err, "push") {
 					return
 				}
 				tss = append(tss, ts)
@@ -57,24 +57,19 @@ func TestLargeValuesExactSum(t *testing.T) {
 				var got []float32
 				ts, err = Pull(w, keys, &got, nil, Options{})
 				wait(t, w, ts, err)
-				if len(got) != len(want) {
-					t.Errorf("pulled %d values, want %d", len(got), len(want))
-				}
+				assert.Len(t, got, len(want), "pulled values")
 			}
 			for _, ts := range tss {
 				wait(t, w, ts, nil)
 			}
-			if err := j.workers[wi].Barrier(0, message.WorkerGroup); err != nil {
-				t.Errorf("barrier: %v", err)
+			if !assert.NoError(t, j.Workers[wi].Barrier(0, message.WorkerGroup), "barrier") {
 				return
 			}
 			for range 4 {
 				var got []float32
 				ts, err := Pull(w, keys, &got, nil, Options{})
 				wait(t, w, ts, err)
-				if err := sameFloats(got, want); err != nil {
-					t.Errorf("worker %d: %v", wi, err)
-				}
+				assert.NoError(t, sameFloats(got, want), "worker %d", wi)
 			}
 		})
 	}

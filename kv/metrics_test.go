@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // sample returns the value of one exposition line, e.g.
@@ -14,18 +16,14 @@ import (
 func sample(t *testing.T, po *postoffice.Postoffice, series string) float64 {
 	t.Helper()
 	var b strings.Builder
-	if err := po.Metrics().WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, po.Metrics().WriteText(&b))
 	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
 	m := re.FindStringSubmatch(b.String())
 	if m == nil {
 		return 0
 	}
 	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return v
 }
 
@@ -33,10 +31,10 @@ func sample(t *testing.T, po *postoffice.Postoffice, series string) float64 {
 // round trip (with its split into handling and network), every request a
 // server handled, and the node's traffic counters.
 func TestMetricsCountOperations(t *testing.T) {
-	j := startJob(t, 2, 1, jobOptions{})
+	j := startJob(t, 2, 1)
 	j.startDefaultServers()
 	w := j.newWorker(0, 0)
-	keys := spreadKeys(j.workers[0].ServerKeyRanges(), 2) // keys on both servers
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 2) // keys on both servers
 	const pushes, pulls = 7, 3
 	for range pushes {
 		ts, err := Push(w, keys, []float32{1, 2, 3, 4}, nil, Options{})
@@ -47,7 +45,7 @@ func TestMetricsCountOperations(t *testing.T) {
 		ts, err := Pull(w, keys, &got, nil, Options{})
 		wait(t, w, ts, err)
 	}
-	wp := j.workers[0]
+	wp := j.Workers[0]
 	for _, c := range []struct {
 		series string
 		want   float64
@@ -57,20 +55,16 @@ func TestMetricsCountOperations(t *testing.T) {
 		{`elasticps_worker_round_trip_seconds_count{kind="push",part="network"}`, pushes},
 		{`elasticps_worker_round_trip_seconds_count{kind="pull",part="total"}`, pulls},
 	} {
-		if got := sample(t, wp, c.series); got != c.want {
-			t.Errorf("%s = %v, want %v", c.series, got, c.want)
-		}
+		assert.Equal(t, c.want, sample(t, wp, c.series), c.series)
 	}
 	// each operation sent one request to each of the two servers
 	handled := 0.0
-	for _, s := range j.servers {
+	for _, s := range j.Servers {
 		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="push"}`)
 		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="pull"}`)
 	}
-	if handled != 2*(pushes+pulls) {
-		t.Errorf("servers handled %v requests, want %d", handled, 2*(pushes+pulls))
-	}
-	if got, want := sample(t, wp, `elasticps_messages_sent_total{role="worker"}`), float64(wp.Stats().MsgsSent.Load()); got != want || got < 2*(pushes+pulls) {
-		t.Errorf("messages_sent_total = %v, stats say %v", got, want)
-	}
+	assert.EqualValues(t, 2*(pushes+pulls), handled, "requests the servers handled")
+	sent := sample(t, wp, `elasticps_messages_sent_total{role="worker"}`)
+	assert.Equal(t, float64(wp.Stats().MsgsSent.Load()), sent, "messages_sent_total against the stats")
+	assert.GreaterOrEqual(t, sent, float64(2*(pushes+pulls)), "messages_sent_total")
 }

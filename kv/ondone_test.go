@@ -5,7 +5,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/elasticps/elasticps/internal/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // notices records the calls of an OnDone Notifier.
@@ -25,11 +28,7 @@ func (n *notices) Notify(o Outcome) {
 
 func (n *notices) await(t *testing.T, what string) {
 	t.Helper()
-	select {
-	case <-n.got:
-	case <-time.After(waitLimit):
-		t.Fatalf("%s: no notice within %v", what, waitLimit)
-	}
+	testutil.Recv(t, n.got, waitLimit, func() string { return what + ": no notice" })
 }
 
 // TestOnDone checks the completion notice the C++ bridge's Wait relies on:
@@ -37,7 +36,7 @@ func (n *notices) await(t *testing.T, what string) {
 // returns an error), not for requests that are not outstanding or whose
 // notice was withdrawn, and with Abandoned when the customer closes.
 func TestOnDone(t *testing.T) {
-	j := startJob(t, 1, 1, jobOptions{})
+	j := startJob(t, 1, 1)
 	gate := make(chan struct{})
 	var openGate sync.Once
 	j.startServers(func(meta ReqMeta, _ KVPairs, s *Server) {
@@ -57,81 +56,46 @@ func TestOnDone(t *testing.T) {
 	push := func(cmd int32) int32 {
 		t.Helper()
 		ts, err := Push(w, []uint64{1}, []float32{1}, nil, Options{Cmd: cmd})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return ts
 	}
 
 	// Completes without an error; a second request in flight is counted.
 	n := newNotices()
 	ts1, ts2 := push(0), push(0)
-	if c.OnDone(ts1, n, true) {
-		t.Fatalf("OnDone(%d, alone) with two requests in flight reported true", ts1)
-	}
-	if !c.OnDone(ts1, n, false) {
-		t.Fatalf("OnDone(%d) of a request in flight reported false", ts1)
-	}
+	require.False(t, c.OnDone(ts1, n, true), "OnDone(%d, alone) with two requests in flight", ts1)
+	require.True(t, c.OnDone(ts1, n, false), "OnDone(%d) of a request in flight", ts1)
 	gate <- struct{}{}
 	n.await(t, "request 1")
-	if o := Outcome(n.last.Load()); o != Succeeded {
-		t.Errorf("request 1 completed without an error; notice says %d, want Succeeded", o)
-	}
-	if err := w.Wait(ts1); err != nil {
-		t.Errorf("Wait(%d) after the notice: %v", ts1, err)
-	}
-	if c.OnDone(ts1, n, false) {
-		t.Error("OnDone on a completed request reported true")
-	}
-	if c.OnDone(12345, n, false) {
-		t.Error("OnDone on a timestamp never issued reported true")
-	}
+	assert.Equal(t, Succeeded, Outcome(n.last.Load()), "request 1 completed without an error")
+	assert.NoError(t, w.Wait(ts1), "Wait(%d) after the notice", ts1)
+	assert.False(t, c.OnDone(ts1, n, false), "OnDone on a completed request")
+	assert.False(t, c.OnDone(12345, n, false), "OnDone on a timestamp never issued")
 
 	// A withdrawn notice is not called; the request still completes.
-	if !c.OnDone(ts2, n, true) {
-		t.Fatalf("OnDone(%d, alone) of the only request in flight reported false", ts2)
-	}
-	if !c.CancelOnDone(ts2) {
-		t.Fatal("CancelOnDone of a registered notice reported false")
-	}
-	if c.CancelOnDone(ts2) {
-		t.Error("a second CancelOnDone reported true")
-	}
+	require.True(t, c.OnDone(ts2, n, true), "OnDone(%d, alone) of the only request in flight", ts2)
+	require.True(t, c.CancelOnDone(ts2), "CancelOnDone of a registered notice")
+	assert.False(t, c.CancelOnDone(ts2), "a second CancelOnDone")
 	gate <- struct{}{}
-	if err := waitTimeout(t, waitLimit, "Wait", func() error { return w.Wait(ts2) }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, testutil.Within(t, waitLimit, func() error { return w.Wait(ts2) }, func() string { return "Wait" }))
 
 	// Completes with an error.
 	ts3 := push(7)
-	if !c.OnDone(ts3, n, false) {
-		t.Fatal("OnDone of a request in flight reported false")
-	}
+	require.True(t, c.OnDone(ts3, n, false), "OnDone of a request in flight")
 	gate <- struct{}{}
 	n.await(t, "request 3")
-	if o := Outcome(n.last.Load()); o != Failed {
-		t.Errorf("request 3 failed; notice says %d, want Failed", o)
-	}
+	assert.Equal(t, Failed, Outcome(n.last.Load()), "request 3 failed")
 	var se *ServerError
-	if err := w.Wait(ts3); !errors.As(err, &se) {
-		t.Errorf("Wait(%d) = %v, want the server's error", ts3, err)
-	}
-	if got := n.calls.Load(); got != 2 {
-		t.Errorf("%d notices, want 2 (request 1 and request 3)", got)
-	}
+	assert.ErrorAs(t, w.Wait(ts3), &se, "Wait(%d): the server's error", ts3)
+	assert.EqualValues(t, 2, n.calls.Load(), "notices: request 1 and request 3")
 
 	// Closing the customer notifies the requests it leaves unfinished.
 	ts4 := push(0)
-	if !c.OnDone(ts4, n, false) {
-		t.Fatal("OnDone of a request in flight reported false")
-	}
+	require.True(t, c.OnDone(ts4, n, false), "OnDone of a request in flight")
 	w.Close() // the server handler still holds the request at the gate
 	openGate.Do(func() { close(gate) })
 	n.await(t, "close")
-	if o := Outcome(n.last.Load()); o != Abandoned || n.calls.Load() != 3 {
-		t.Errorf("after Close: %d notices, the last %d; want 3, Abandoned", n.calls.Load(), o)
-	}
-	if c.OnDone(ts4, n, false) {
-		t.Error("OnDone on a closed customer reported true")
-	}
+	assert.Equal(t, Abandoned, Outcome(n.last.Load()), "the last notice after Close")
+	assert.EqualValues(t, 3, n.calls.Load(), "notices after Close")
+	assert.False(t, c.OnDone(ts4, n, false), "OnDone on a closed customer")
 }

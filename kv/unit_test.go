@@ -2,15 +2,18 @@ package kv
 
 import (
 	"errors"
+	"fmt"
 	"math"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // nopTransport lets a Postoffice exist without a network, for tests of the
@@ -28,11 +31,9 @@ func newOfflinePostoffice(t *testing.T) *postoffice.Postoffice {
 	t.Helper()
 	po, err := postoffice.New(postoffice.Config{
 		Role: message.RoleWorker, NumWorkers: 1, NumServers: 2,
-		SchedulerHost: "127.0.0.1", SchedulerPort: 1, Logger: testLogger(),
+		SchedulerHost: "127.0.0.1", SchedulerPort: 1, Logger: jobtest.Logger(),
 	}, nopTransport{closed: make(chan struct{})})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(po.Stop)
 	return po
 }
@@ -54,9 +55,7 @@ func TestCustomerQueueOrder(t *testing.T) {
 		}
 		got <- m.Meta.Head
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	c.Accept(msg(0, 0, true))
 	time.Sleep(10 * time.Millisecond)
@@ -66,16 +65,9 @@ func TestCustomerQueueOrder(t *testing.T) {
 	close(release)
 	var order []int32
 	for range 8 {
-		select {
-		case h := <-got:
-			order = append(order, h)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("handled only %v", order)
-		}
+		order = append(order, testutil.Recv(t, got, 5*time.Second, func() string { return fmt.Sprintf("handled only %v", order) }))
 	}
-	if want := []int32{0, 6, 2, 4, 1, 3, 7, 5}; !slices.Equal(order, want) {
-		t.Errorf("handled %v, want %v", order, want)
-	}
+	assert.Equal(t, []int32{0, 6, 2, 4, 1, 3, 7, 5}, order, "handled")
 }
 
 // TestTracker: expected counts from the group, responses counted after the
@@ -85,49 +77,32 @@ func TestTracker(t *testing.T) {
 	po := newOfflinePostoffice(t)
 	handled := 0
 	c, err := NewCustomer(po, 0, 0, func(*message.Message) { handled++ })
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ts := c.NewRequest(message.ServerGroup) // two servers
-	if ts != 0 || c.NewRequest(message.ServerGroup) != 1 {
-		t.Fatalf("timestamps do not start at 0")
-	}
+	require.Equal(t, int32(0), ts, "the first timestamp")
+	require.Equal(t, int32(1), c.NewRequest(message.ServerGroup), "the second timestamp")
 	c.AddResponse(ts, 1)
-	if n := c.NumResponse(ts); n != 1 {
-		t.Errorf("NumResponse=%d, want 1", n)
-	}
+	assert.Equal(t, 1, c.NumResponse(ts), "NumResponse")
 	done := make(chan error, 1)
 	go func() { done <- c.Wait(ts) }()
 	select {
 	case err := <-done:
-		t.Fatalf("Wait returned early: %v", err)
+		require.Fail(t, "Wait returned early", "%v", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	resp := msg(0, 0, false)
 	resp.Meta.Timestamp = ts
 	c.Accept(resp)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if handled != 1 { // read after Wait: the handler ran before
-		t.Errorf("handler ran %d times before Wait returned", handled)
-	}
-	if err := c.Wait(ts); err != nil {
-		t.Errorf("Wait on a completed request: %v", err)
-	}
-	if n := c.NumResponse(ts); n != -1 {
-		t.Errorf("NumResponse of a completed request = %d, want -1", n)
-	}
-	if err := c.Wait(99); err == nil {
-		t.Error("Wait on a never issued timestamp succeeded")
-	}
+	require.NoError(t, <-done)
+	assert.Equal(t, 1, handled, "handler runs before Wait returned") // read after Wait: the handler ran before
+	assert.NoError(t, c.Wait(ts), "Wait on a completed request")
+	assert.Equal(t, -1, c.NumResponse(ts), "NumResponse of a completed request")
+	assert.Error(t, c.Wait(99), "Wait on a never issued timestamp")
 	// Failures are kept for Wait; successes are forgotten.
 	bad := c.NewRequest(message.ServerGroup)
 	c.fail(bad, errors.New("boom"))
 	c.AddResponse(bad, 2)
-	if err := c.Wait(bad); err == nil || err.Error() != "boom" {
-		t.Errorf("Wait on a failed request: %v", err)
-	}
+	assert.EqualError(t, c.Wait(bad), "boom", "Wait on a failed request")
 	for range 10000 {
 		c.AddResponse(c.NewRequest(message.ServerGroup), 2)
 	}
@@ -139,65 +114,54 @@ func TestTracker(t *testing.T) {
 	c.tmu.Lock()
 	pending, failed, order := len(c.pending), len(c.failed), len(c.order)
 	c.tmu.Unlock()
-	if pending != 1 || failed != maxFailed || order != maxFailed { // request 1 is still open
-		t.Errorf("tracker holds %d pending, %d failed (%d order): not compacted", pending, failed, order)
-	}
+	// not compacted otherwise
+	assert.Equal(t, 1, pending, "pending: request 1 is still open")
+	assert.Equal(t, maxFailed, failed, "failed")
+	assert.Equal(t, maxFailed, order, "order")
 	// An empty group completes at once.
-	if err := c.Wait(c.NewRequest(message.WorkerGroup | 8)); err != nil {
-		t.Errorf("Wait on a request to nobody: %v", err)
-	}
+	assert.NoError(t, c.Wait(c.NewRequest(message.WorkerGroup|8)), "Wait on a request to nobody")
 	// Close releases waiters.
 	open := c.NewRequest(message.ServerGroup)
 	go func() { time.Sleep(20 * time.Millisecond); c.Close() }()
-	if err := c.Wait(open); !errors.Is(err, ErrClosed) {
-		t.Errorf("Wait across Close: %v", err)
-	}
+	assert.ErrorIs(t, c.Wait(open), ErrClosed, "Wait across Close")
 }
 
 func TestTrackerStop(t *testing.T) {
 	po := newOfflinePostoffice(t)
 	c, err := NewCustomer(po, 0, 0, func(*message.Message) {})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	ts := c.NewRequest(message.ServerGroup)
 	go func() { time.Sleep(20 * time.Millisecond); po.Stop() }()
-	if err := c.Wait(ts); !errors.Is(err, postoffice.ErrStopped) {
-		t.Errorf("Wait across Stop: %v", err)
-	}
-	if _, err := NewCustomer(po, 0, 0, func(*message.Message) {}); err == nil {
-		t.Error("a second customer with the same ids was accepted")
-	}
+	assert.ErrorIs(t, c.Wait(ts), postoffice.ErrStopped, "Wait across Stop")
+	_, err = NewCustomer(po, 0, 0, func(*message.Message) {})
+	assert.Error(t, err, "a second customer with the same ids")
 }
 
 func TestCodec(t *testing.T) {
 	keys := []uint64{0, 1, math.MaxUint64, 1 << 40}
 	b := KeysToBytes(keys)
-	if len(b) != 32 || b[8] != 1 || b[16] != 0xff {
-		t.Fatalf("keys encode as %v", b)
-	}
+	require.Len(t, b, 32)
+	require.Equal(t, byte(1), b[8], "keys encode as %v", b)
+	require.Equal(t, byte(0xff), b[16], "keys encode as %v", b)
 	back, err := BytesToKeys(b)
-	if err != nil || !slices.Equal(back, keys) {
-		t.Fatalf("round trip: %v %v", back, err)
-	}
-	if littleEndian && unsafe.SliceData(back) != unsafe.SliceData(keys) {
-		t.Error("aligned decode copied")
+	require.NoError(t, err)
+	require.Equal(t, keys, back, "round trip")
+	if littleEndian {
+		assert.Same(t, unsafe.SliceData(keys), unsafe.SliceData(back), "aligned decode copied")
 	}
 	// Unaligned input is decoded through a copy.
 	buf := make([]byte, 33)
 	copy(buf[1:], b)
 	back, err = BytesToKeys(buf[1:])
-	if err != nil || !slices.Equal(back, keys) {
-		t.Fatalf("unaligned round trip: %v %v", back, err)
-	}
-	if _, err := BytesToLens(make([]byte, 7)); err == nil {
-		t.Error("7 bytes decoded as int32s")
-	}
+	require.NoError(t, err, "unaligned round trip")
+	require.Equal(t, keys, back, "unaligned round trip")
+	_, err = BytesToLens(make([]byte, 7))
+	assert.Error(t, err, "7 bytes decoded as int32s")
 	lens := []int32{-1, 0, 7}
-	if got, _ := BytesToLens(LensToBytes(lens)); !slices.Equal(got, lens) {
-		t.Errorf("lens round trip: %v", got)
-	}
+	got, err := BytesToLens(LensToBytes(lens))
+	assert.NoError(t, err)
+	assert.Equal(t, lens, got, "lens round trip")
 	type myFloat float32
 	for _, c := range []struct {
 		got, want message.DataType
@@ -209,13 +173,9 @@ func TestCodec(t *testing.T) {
 		{DataTypeOf[int64](), message.Int64}, {DataTypeOf[uint64](), message.Uint64},
 		{DataTypeOf[myFloat](), message.Float},
 	} {
-		if c.got != c.want {
-			t.Errorf("DataTypeOf: %s, want %s", c.got, c.want)
-		}
+		assert.Equal(t, c.want, c.got, "DataTypeOf")
 	}
-	if p := unsafe.SliceData(alignedBytes(3)); uintptr(unsafe.Pointer(p))%8 != 0 {
-		t.Error("alignedBytes is not 8-byte aligned")
-	}
+	assert.Zero(t, uintptr(unsafe.Pointer(unsafe.SliceData(alignedBytes(3))))%8, "alignedBytes is not 8-byte aligned")
 }
 
 // TestDefaultHandlerApply exercises the store without a network.
@@ -226,56 +186,46 @@ func TestDefaultHandlerApply(t *testing.T) {
 	i32 := func(v ...int32) []byte { return AsBytes(v) }
 
 	// Variable lengths and a repeated key (added once per occurrence).
-	if _, err := h.apply(push, KVPairs{Keys: []uint64{1, 2, 2}, Vals: i32(1, 10, 20, 10, 20), Lens: []int32{1, 2, 2}}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := h.apply(push, KVPairs{Keys: []uint64{1, 2, 2}, Vals: i32(1, 10, 20, 10, 20), Lens: []int32{1, 2, 2}})
+	require.NoError(t, err)
 	res, err := h.apply(pull, KVPairs{Keys: []uint64{1, 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := FromBytes[int32](res.Vals); !slices.Equal(v, []int32{1, 20, 40}) || !slices.Equal(res.Lens, []int32{1, 2}) {
-		t.Errorf("pulled %v lens %v", v, res.Lens)
-	}
+	require.NoError(t, err)
+	v, err := FromBytes[int32](res.Vals)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{1, 20, 40}, v, "pulled")
+	assert.Equal(t, []int32{1, 2}, res.Lens, "pulled lens")
 	// Uniform values: no lens unless asked.
-	if res, _ := h.apply(pull, KVPairs{Keys: []uint64{2}}); res.Lens != nil {
-		t.Errorf("lens %v for a uniform pull", res.Lens)
-	}
+	res, err = h.apply(pull, KVPairs{Keys: []uint64{2}})
+	require.NoError(t, err)
+	assert.Nil(t, res.Lens, "lens for a uniform pull")
 	// A bad key leaves the whole push unapplied.
-	if _, err := h.apply(push, KVPairs{Keys: []uint64{1, 2}, Vals: i32(5, 5, 5, 5), Lens: []int32{1, 3}}); err == nil {
-		t.Error("push with a length mismatch accepted")
-	}
-	if v, _, _ := h.Value(1); !slices.Equal(v, i32(1)) {
-		t.Errorf("key 1 changed by a rejected push: %v", v)
-	}
+	_, err = h.apply(push, KVPairs{Keys: []uint64{1, 2}, Vals: i32(5, 5, 5, 5), Lens: []int32{1, 3}})
+	assert.Error(t, err, "push with a length mismatch")
+	v1, _, _ := h.Value(1)
+	assert.Equal(t, i32(1), v1, "key 1 changed by a rejected push")
 	// Types must match; unknown keys fail.
-	if _, err := h.apply(ReqMeta{Push: true, DataType: message.Float}, KVPairs{Keys: []uint64{1}, Vals: i32(1)}); err == nil {
-		t.Error("push of another type accepted")
-	}
-	if _, err := h.apply(pull, KVPairs{Keys: []uint64{3}}); err == nil || !strings.Contains(err.Error(), "never pushed") {
-		t.Errorf("pull of an unknown key: %v", err)
-	}
-	if _, err := h.apply(push, KVPairs{Keys: []uint64{4, 5}, Vals: i32(1, 2, 3)}); err == nil {
-		t.Error("uneven push accepted")
-	}
-	if _, err := h.apply(push, KVPairs{Keys: []uint64{4, 4}, Vals: i32(1, 2, 3), Lens: []int32{1, 2}}); err == nil {
-		t.Error("a new key repeated with two lengths accepted")
-	}
+	_, err = h.apply(ReqMeta{Push: true, DataType: message.Float}, KVPairs{Keys: []uint64{1}, Vals: i32(1)})
+	assert.Error(t, err, "push of another type")
+	_, err = h.apply(pull, KVPairs{Keys: []uint64{3}})
+	assert.ErrorContains(t, err, "never pushed", "pull of an unknown key")
+	_, err = h.apply(push, KVPairs{Keys: []uint64{4, 5}, Vals: i32(1, 2, 3)})
+	assert.Error(t, err, "uneven push")
+	_, err = h.apply(push, KVPairs{Keys: []uint64{4, 4}, Vals: i32(1, 2, 3), Lens: []int32{1, 2}})
+	assert.Error(t, err, "a new key repeated with two lengths")
 	// Integers wrap around; doubles add exactly.
 	u8 := ReqMeta{Push: true, Pull: true, DataType: message.Uint8}
 	h.apply(u8, KVPairs{Keys: []uint64{9}, Vals: []byte{200}})
-	if res, _ := h.apply(u8, KVPairs{Keys: []uint64{9}, Vals: []byte{100}}); !slices.Equal(res.Vals, []byte{44}) {
-		t.Errorf("uint8 sum %v", res.Vals)
-	}
+	res, err = h.apply(u8, KVPairs{Keys: []uint64{9}, Vals: []byte{100}})
+	require.NoError(t, err)
+	assert.Equal(t, []byte{44}, res.Vals, "uint8 sum")
 	// Unaligned source values are added through the slow path.
 	f64 := ReqMeta{Push: true, Pull: true, DataType: message.Double}
 	src := make([]byte, 17)
 	copy(src[1:], AsBytes([]float64{1.5, 2.25}))
 	h.apply(f64, KVPairs{Keys: []uint64{10}, Vals: src[1:]})
 	res, _ = h.apply(f64, KVPairs{Keys: []uint64{10}, Vals: src[1:]})
-	if v, _ := FromBytes[float64](res.Vals); !slices.Equal(v, []float64{3, 4.5}) {
-		t.Errorf("float64 sum %v", v)
-	}
-	if h.Len() != 4 {
-		t.Errorf("Len()=%d, want 4", h.Len())
-	}
+	f, err := FromBytes[float64](res.Vals)
+	require.NoError(t, err)
+	assert.Equal(t, []float64{3, 4.5}, f, "float64 sum")
+	assert.Equal(t, 4, h.Len())
 }

@@ -1,12 +1,12 @@
 package postoffice
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func envOf(kv map[string]string) Getenv {
@@ -30,19 +30,25 @@ func TestConfigFromEnv(t *testing.T) {
 	env["PORT"] = "7777"
 	env["PS_INLINE_HANDOVER_US"] = "500"
 	c, err := ConfigFromEnv(envOf(env))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Role != message.RoleWorker || c.NumWorkers != 2 || c.NumServers != 1 || c.SchedulerPort != 9091 ||
-		c.HeartbeatInterval != 2*time.Second || c.HeartbeatTimeout != 5*time.Second || !c.Resend ||
-		c.ResendTimeout != time.Second || c.Verbose != 2 || !c.Local || c.Port != 7777 || c.NodeHost != "127.0.0.1" ||
-		c.InlineHandOver != 500*time.Microsecond || c.KeepMalloc {
-		t.Fatalf("unexpected config %+v", c)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, message.RoleWorker, c.Role)
+	assert.Equal(t, 2, c.NumWorkers)
+	assert.Equal(t, 1, c.NumServers)
+	assert.Equal(t, 9091, c.SchedulerPort)
+	assert.Equal(t, 2*time.Second, c.HeartbeatInterval)
+	assert.Equal(t, 5*time.Second, c.HeartbeatTimeout)
+	assert.True(t, c.Resend)
+	assert.Equal(t, time.Second, c.ResendTimeout)
+	assert.Equal(t, 2, c.Verbose)
+	assert.True(t, c.Local)
+	assert.Equal(t, 7777, c.Port)
+	assert.Equal(t, "127.0.0.1", c.NodeHost)
+	assert.Equal(t, 500*time.Microsecond, c.InlineHandOver)
+	assert.False(t, c.KeepMalloc)
 	env["PS_ZMQ_TUNE_MALLOC"] = "0"
-	if c, err = ConfigFromEnv(envOf(env)); err != nil || !c.KeepMalloc {
-		t.Fatalf("PS_ZMQ_TUNE_MALLOC=0: KeepMalloc %v, err %v; want true, nil", c.KeepMalloc, err)
-	}
+	c, err = ConfigFromEnv(envOf(env))
+	require.NoError(t, err, "PS_ZMQ_TUNE_MALLOC=0")
+	assert.True(t, c.KeepMalloc, "PS_ZMQ_TUNE_MALLOC=0")
 }
 
 // Each missing or invalid variable is named in one clear message.
@@ -73,12 +79,9 @@ func TestConfigFromEnvErrors(t *testing.T) {
 			}
 			_, err := ConfigFromEnv(envOf(env))
 			var ee *EnvError
-			if !errors.As(err, &ee) || ee.Var != tc.wantVar {
-				t.Fatalf("err = %v, want EnvError for %s", err, tc.wantVar)
-			}
-			if !strings.Contains(err.Error(), tc.wantText) {
-				t.Fatalf("error %q does not contain %q", err, tc.wantText)
-			}
+			require.ErrorAs(t, err, &ee)
+			assert.Equal(t, tc.wantVar, ee.Var)
+			assert.ErrorContains(t, err, tc.wantText)
 		})
 	}
 }

@@ -4,6 +4,10 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/elasticps/elasticps/internal/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestHandOver: a handler that returns within the period keeps the
@@ -18,31 +22,18 @@ func TestHandOver(t *testing.T) {
 	go h.watch(stop)
 
 	for range 100 {
-		if s := h.begin(); !h.end(s) {
-			t.Fatal("a handler that returned at once lost the receive loop")
-		}
+		s := h.begin()
+		require.True(t, h.end(s), "a handler that returned at once lost the receive loop")
 	}
 	// Nothing runs inline: the watcher parks.
-	deadline := time.Now().Add(5 * time.Second)
-	for !h.parked.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("the watcher did not park while nothing ran inline")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, 5*time.Second, h.parked.Load, func() string { return "the watcher did not park while nothing ran inline" })
 	s := h.begin() // wakes it
 	time.Sleep(20 * time.Millisecond)
-	if h.end(s) {
-		t.Fatal("a handler that ran for 20 periods kept the receive loop")
-	}
-	if got := restarts.Load(); got != 1 {
-		t.Errorf("%d new receiving goroutines, want 1", got)
-	}
-	if got, n := moves.Load(), h.count.Load(); got != 1 || n != 1 {
-		t.Errorf("hand-overs reported %d, counted %d, want 1", got, n)
-	}
+	require.False(t, h.end(s), "a handler that ran for 20 periods kept the receive loop")
+	assert.Equal(t, int32(1), restarts.Load(), "new receiving goroutines")
+	assert.Equal(t, int32(1), moves.Load(), "hand-overs reported")
+	assert.Equal(t, int64(1), h.count.Load(), "hand-overs counted")
 	// The new receiver's handlers are watched the same way.
-	if s := h.begin(); !h.end(s) {
-		t.Fatal("a quick handler after a hand-over lost the receive loop")
-	}
+	s = h.begin()
+	require.True(t, h.end(s), "a quick handler after a hand-over lost the receive loop")
 }

@@ -1,4 +1,4 @@
-package postoffice
+package postoffice_test
 
 import (
 	"fmt"

@@ -2,10 +2,13 @@ package postoffice
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
 	"github.com/stretchr/testify/assert"
@@ -78,14 +81,10 @@ func (t *recordingTransport) Close() error {
 // driver's callers must never block on a driver that does not run.
 func within(t *testing.T, what string, f func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); f() }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("%s blocked", what)
-	}
+	testutil.Within(t, 5*time.Second, func() bool { f(); return true }, func() string { return what + " blocked" })
 }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func registration(role message.Role, port int32) *message.Message {
 	n := message.NewNode(role)

@@ -1,27 +1,34 @@
 package main
 
 import (
-	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestParseStragglerArgs(t *testing.T) {
 	o, err := parseStragglerArgs(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Servers != 4 || o.Workers != 4 || o.Van != "zmq" || o.Placement != "mxnet" || o.Straggler != "bandwidth" ||
-		o.Slowdown != 4 || !o.Healthy || !slices.Equal(o.Runs, []string{"static", "elastic", "oracle"}) || o.Plot != "straggler.svg" {
-		t.Errorf("defaults %+v", o)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 4, o.Servers)
+	assert.Equal(t, 4, o.Workers)
+	assert.Equal(t, "zmq", o.Van)
+	assert.Equal(t, "mxnet", o.Placement)
+	assert.Equal(t, "bandwidth", o.Straggler)
+	assert.EqualValues(t, 4, o.Slowdown)
+	assert.True(t, o.Healthy)
+	assert.Equal(t, []string{"static", "elastic", "oracle"}, o.Runs)
+	assert.Equal(t, "straggler.svg", o.Plot)
 	o, err = parseStragglerArgs([]string{"-s", "2", "-w", "3", "--placement", "byteps", "--bandwidth", "50", "--straggler", "cpu", "--placements", "elastic,static", "--healthy=false"})
-	if err != nil || o.Servers != 2 || o.Workers != 3 || o.Bandwidth != 50e6 || o.Straggler != "cpu" || !slices.Equal(o.Runs, []string{"elastic", "static"}) {
-		t.Errorf("%+v %v", o, err)
-	}
+	require.NoError(t, err)
+	assert.Equal(t, 2, o.Servers)
+	assert.Equal(t, 3, o.Workers)
+	assert.EqualValues(t, 50e6, o.Bandwidth)
+	assert.Equal(t, "cpu", o.Straggler)
+	assert.Equal(t, []string{"elastic", "static"}, o.Runs)
 	for _, bad := range [][]string{{"--van", "udp"}, {"--placement", "ring"}, {"--straggler", "disk"}, {"--slow-rank", "4"},
 		{"--warmup", "30s"}, {"--placements", "fast"}, {"--scale", "0.5"}, {"extra"}} {
-		if _, err := parseStragglerArgs(bad); err == nil {
-			t.Errorf("%v accepted", bad)
-		}
+		_, err := parseStragglerArgs(bad)
+		assert.Error(t, err, "%v accepted", bad)
 	}
 }

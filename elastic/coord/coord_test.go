@@ -3,17 +3,16 @@ package coord
 import (
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
-	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
@@ -21,9 +20,9 @@ import (
 )
 
 type elasticJob struct {
-	stuck   *postoffice.Postoffice // jobOpts.stuckWorker or stuckServer
+	*jobtest.Job
+	stuck   *postoffice.Postoffice // jobOpts.stuckWorker or stuckServer; not in servers or workers
 	unstick func()                 // stuckWorker
-	sched   *postoffice.Postoffice
 	coord   *Coordinator
 	servers []*postoffice.Postoffice
 	stores  []*kv.DefaultHandler
@@ -35,15 +34,8 @@ type elasticJob struct {
 	stuckEl *elastic.Node // the stuck node's, once unstuck (stuckWorker)
 }
 
-func logger() *slog.Logger {
-	if os.Getenv("COORD_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // startElasticJob runs a scheduler with a coordinator, servers with the
-// sum store and workers, all in elastic mode, over real ZeroMQ sockets.
+// sum store and workers, all in elastic mode.
 func startElasticJob(t *testing.T, ns, nw int) *elasticJob { return startJobWith(t, ns, nw, jobOpts{}) }
 
 // jobOpts vary startJobWith's job.
@@ -62,36 +54,40 @@ type jobOpts struct {
 	stuckServer bool
 }
 
-// startJobWith starts the job described by opts.
+// startJobWith starts the job described by opts: its elastic sides, the
+// coordinator and the stuck node are set up before the nodes start, as
+// ps-lite programs do before ps::Start.
 func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	t.Helper()
-	nodes, servers := nw, ns
+	jo := jobtest.Options{Servers: ns, Workers: nw, Start: jobtest.StartWithBarrier}
 	if opts.stuckWorker {
-		nodes++
+		jo.Workers++
 	}
 	if opts.stuckServer {
-		servers++
+		jo.Servers++
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	newNode := func(role message.Role) *postoffice.Postoffice {
-		cfg := postoffice.Config{Role: role, NumServers: servers, NumWorkers: nodes, SchedulerHost: "127.0.0.1",
-			SchedulerPort: port, NodeHost: "127.0.0.1", Logger: logger()}
-		po, err := postoffice.Open(cfg)
-		require.NoError(t, err)
-		t.Cleanup(po.Stop)
-		return po
+	var j *elasticJob
+	jo.Setup = func(job *jobtest.Job) error {
+		j = &elasticJob{Job: job}
+		return j.setup(t, ns, nw, opts)
 	}
-	j := &elasticJob{sched: newNode(message.RoleScheduler)}
-	j.coord, err = New(j.sched)
-	require.NoError(t, err)
+	jobtest.Start(t, jo)
+	return j
+}
+
+// setup installs the elastic sides on the nodes of j.Job: the first ns
+// servers and nw workers are the real ones, a last one the stuck node.
+func (j *elasticJob) setup(t *testing.T, ns, nw int, opts jobOpts) error {
+	var err error
+	if j.coord, err = New(j.Scheduler); err != nil {
+		return err
+	}
 	j.coord.Timeout = 10 * time.Second
-	for range ns {
-		po := newNode(message.RoleServer)
+	for _, po := range j.Servers[:ns] {
 		en, err := elastic.Attach(po)
-		require.NoError(t, err)
+		if err != nil {
+			return err
+		}
 		store := kv.NewDefaultHandler()
 		var srv *kv.Server
 		if opts.fallback {
@@ -99,20 +95,24 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 		} else {
 			srv, err = en.NewServer(0, kv.ServerOptions{Handler: store.Handle}, store)
 		}
-		require.NoError(t, err)
+		if err != nil {
+			return err
+		}
 		j.servers, j.stores, j.srvs, j.srvEl = append(j.servers, po), append(j.stores, store), append(j.srvs, srv), append(j.srvEl, en)
 	}
-	for range nw {
-		po := newNode(message.RoleWorker)
+	for _, po := range j.Workers[:nw] {
 		en, err := elastic.Attach(po)
-		require.NoError(t, err)
+		if err != nil {
+			return err
+		}
 		w, err := en.NewWorker(0, 0)
-		require.NoError(t, err)
+		if err != nil {
+			return err
+		}
 		j.workers, j.kvw, j.wrkEl = append(j.workers, po), append(j.kvw, w), append(j.wrkEl, en)
 	}
-	all := append(append([]*postoffice.Postoffice{j.sched}, j.servers...), j.workers...)
 	if opts.stuckWorker {
-		j.stuck = newNode(message.RoleWorker)
+		j.stuck = j.Workers[nw]
 		release := make(chan struct{})
 		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { <-release; return false })
 		var once sync.Once
@@ -126,26 +126,18 @@ func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 			})
 		}
 		t.Cleanup(func() { once.Do(func() { close(release); app.Close() }) })
-		all = append(all, j.stuck)
 	}
 	if opts.stuckServer {
-		j.stuck = newNode(message.RoleServer)
+		j.stuck = j.Servers[ns]
 		app := stuckLink(t, j.stuck, func(d kv.SimpleData) bool { return d.Head == elastic.MsgAccept })
 		t.Cleanup(app.Close)
-		all = append(all, j.stuck)
 	}
 	if j.stuck != nil {
 		// calls to the stuck node time out soon; moves wait for the
 		// acknowledgement of others briefly
 		j.coord.Timeout, j.coord.PublishWait = 2*time.Second, 100*time.Millisecond
 	}
-	var wg sync.WaitGroup
-	for _, po := range all {
-		wg.Add(1)
-		go func() { defer wg.Done(); require.NoError(t, po.StartWithBarrier(0)) }()
-	}
-	wg.Wait()
-	return j
+	return nil
 }
 
 // stuckLink stands in for po's elastic link: it answers a request with
@@ -272,16 +264,7 @@ func TestNoLostUpdateUnderMigrations(t *testing.T) {
 // isBenign: random moves that target the current owner, or cross two
 // owners, are refused before anything happens.
 func isBenign(err error) bool {
-	return err != nil && (contains(err.Error(), "are already on node") || contains(err.Error(), "span servers"))
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
+	return err != nil && (strings.Contains(err.Error(), "are already on node") || strings.Contains(err.Error(), "span servers"))
 }
 
 // Scale-out then scale-in while workers push: a standby server joins the
@@ -357,24 +340,13 @@ func scaleOutAndIn(t *testing.T, syncMode bool) {
 	sbDone := make(chan error, 1)
 	go func() { sbDone <- sb.Finalize(0, true) }()
 	// the job's final barrier completes without the server that left
-	var bw sync.WaitGroup
-	for _, po := range append(append([]*postoffice.Postoffice{j.sched}, stay...), j.workers...) {
-		bw.Add(1)
-		go func() { defer bw.Done(); require.NoError(t, po.Barrier(0, message.AllGroup)) }()
-	}
-	bw.Wait()
-	select {
-	case err := <-sbDone:
-		t.Fatalf("the standby finalized before the scheduler released it: %v", err)
-	case <-time.After(200 * time.Millisecond):
-	}
+	jobtest.Barrier(t, append(append([]*postoffice.Postoffice{j.Scheduler}, stay...), j.workers...), message.AllGroup)
+	// Wait a moment for a wrong early return (the standby cannot be
+	// polled for not having finalized).
+	time.Sleep(200 * time.Millisecond)
+	require.Empty(t, sbDone, "the standby finalized before the scheduler released it")
 	j.coord.ReleaseStandbys()
-	select {
-	case err := <-sbDone:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the released standby did not finalize")
-	}
+	require.NoError(t, testutil.Recv(t, sbDone, 5*time.Second, func() string { return "the released standby did not finalize" }))
 }
 
 // pushRounds starts every worker pushing keys/vals rounds times (waiting
@@ -426,11 +398,7 @@ func (j *elasticJob) firstKeys(n int) ([]uint64, []float32) {
 // startStandby starts a server with PS_STANDBY semantics on the running job.
 func (j *elasticJob) startStandby(t *testing.T) *postoffice.Postoffice {
 	t.Helper()
-	cfg := j.servers[0].Config()
-	cfg.Standby, cfg.Port = true, 0
-	po, err := postoffice.Open(cfg)
-	require.NoError(t, err)
-	t.Cleanup(po.Stop)
+	po := j.NewNode(message.RoleServer, func(c *postoffice.Config) { c.Standby = true })
 	en, err := elastic.Attach(po)
 	require.NoError(t, err)
 	store := kv.NewDefaultHandler()

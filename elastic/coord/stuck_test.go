@@ -45,7 +45,7 @@ func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 	stuckRoutes := unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "routes")
 	require.Eventually(t, func() bool { return testutil.ToFloat64(stuckRoutes) >= 1 },
 		30*time.Second, 10*time.Millisecond)
-	for _, po := range append(append(j.servers[:ns:ns], j.workers...), j.sched) {
+	for _, po := range append(append(j.servers[:ns:ns], j.workers...), j.Scheduler) {
 		id := strconv.Itoa(int(po.MyNode().ID))
 		for _, m := range []int32{elastic.MsgRoutes, elastic.MsgPrepare, elastic.MsgAccept, elastic.MsgImport, elastic.MsgAbort} {
 			require.Zero(t, testutil.ToFloat64(unanswered.WithLabelValues(id, elastic.MessageName(m))), "node %s, %s", id, elastic.MessageName(m))

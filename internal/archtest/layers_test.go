@@ -39,7 +39,7 @@ var layers = map[string]int{
 
 	"elastic/coord": 8, // the scheduler's side of elastic mode
 
-	"internal/nodeproc": 9, "cbridge/capi": 9, "examples/go/quickstart": 9,
+	"internal/nodeproc": 9, "internal/jobtest": 9, "cbridge/capi": 9, "examples/go/quickstart": 9,
 
 	"internal/bench": 10, "internal/straggler": 10,
 

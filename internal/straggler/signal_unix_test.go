@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -43,16 +44,12 @@ func TestDumpNodesQuitsOnlyStragglerChildren(t *testing.T) {
 	dumpNodes()
 	done := make(chan error, 1)
 	go func() { done <- node.Wait() }()
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		require.True(t, errors.As(err, &ee), "node exited with %v", err)
-		ws := ee.Sys().(syscall.WaitStatus)
-		assert.True(t, ws.ExitStatus() == 2 || ws.Signaled() && ws.Signal() == syscall.SIGQUIT,
-			"node exited with %v, want exit status 2 or death by SIGQUIT", err)
-	case <-time.After(10 * time.Second):
-		_ = node.Process.Kill()
-		t.Fatal("the straggler-node child did not get SIGQUIT")
-	}
+	defer func() { _ = node.Process.Kill() }() // still running only after a timeout
+	err := testutil.Recv(t, done, 10*time.Second, func() string { return "the straggler-node child did not get SIGQUIT" })
+	var ee *exec.ExitError
+	require.True(t, errors.As(err, &ee), "node exited with %v", err)
+	ws := ee.Sys().(syscall.WaitStatus)
+	assert.True(t, ws.ExitStatus() == 2 || ws.Signaled() && ws.Signal() == syscall.SIGQUIT,
+		"node exited with %v, want exit status 2 or death by SIGQUIT", err)
 	assert.NoError(t, other.Process.Signal(syscall.Signal(0)), "the other child is gone")
 }

@@ -3,34 +3,28 @@ package straggler
 import (
 	"encoding/json"
 	"math"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestResNet50HasTheRealParameterCount(t *testing.T) {
 	ts := resNet50()
-	if len(ts) != 161 {
-		t.Fatalf("%d tensors, want 161", len(ts))
-	}
+	require.Len(t, ts, 161)
 	total := 0
 	for _, x := range ts {
 		n := 1
 		for _, d := range x.Shape {
 			n *= d
 		}
-		if n != x.Elems {
-			t.Errorf("%s: shape %v has %d elements, Elems says %d", x.Name, x.Shape, n, x.Elems)
-		}
+		assert.Equal(t, n, x.Elems, "%s: elements of shape %v", x.Name, x.Shape)
 		total += x.Elems
 	}
-	if total != 25_557_032 {
-		t.Errorf("%d parameters, want 25,557,032", total)
-	}
+	assert.Equal(t, 25_557_032, total, "parameters")
 	want := map[string]int{
 		"conv1.weight":               7 * 7 * 3 * 64,
 		"layer1.0.conv1.weight":      64 * 64,
@@ -41,18 +35,13 @@ func TestResNet50HasTheRealParameterCount(t *testing.T) {
 	}
 	for _, x := range ts {
 		if n, ok := want[x.Name]; ok {
-			if x.Elems != n {
-				t.Errorf("%s has %d elements, want %d", x.Name, x.Elems, n)
-			}
+			assert.Equal(t, n, x.Elems, x.Name)
 			delete(want, x.Name)
 		}
 	}
-	if len(want) > 0 {
-		t.Errorf("tensors missing: %v", want)
-	}
-	if ts[0].Name != "conv1.weight" || ts[160].Name != "fc.bias" {
-		t.Errorf("declaration order: first %s, last %s", ts[0].Name, ts[160].Name)
-	}
+	assert.Empty(t, want, "tensors missing")
+	assert.Equal(t, "conv1.weight", ts[0].Name, "declaration order: first")
+	assert.Equal(t, "fc.bias", ts[160].Name, "declaration order: last")
 }
 
 func TestDJB2MatchesHandComputedValues(t *testing.T) {
@@ -66,18 +55,14 @@ func TestDJB2MatchesHandComputedValues(t *testing.T) {
 		hash uint64
 	}{{0, 177621}, {1, 177622}, {65536, 210653553582}, {65537, 210653553583}}
 	for _, c := range cases {
-		if got := djb2(c.key); got != c.hash {
-			t.Errorf("djb2(%d) = %d, want %d", c.key, got, c.hash)
-		}
+		assert.Equal(t, c.hash, djb2(c.key), "djb2(%d)", c.key)
 	}
 	// 20 digits: the uint64 arithmetic wraps, as in C++.
 	h := uint64(5381)
 	for _, c := range "18446744073709551615" {
 		h = h*33 + uint64(c)
 	}
-	if got := djb2(math.MaxUint64); got != h {
-		t.Errorf("djb2(MaxUint64) = %d, want %d", got, h)
-	}
+	assert.Equal(t, h, djb2(math.MaxUint64), "djb2(MaxUint64)")
 }
 
 func TestBytePSPlacement(t *testing.T) {
@@ -93,22 +78,18 @@ func TestBytePSPlacement(t *testing.T) {
 		{Tensor: 0, Part: 2, Key: 2, Elems: 311_296, Server: 3},
 		{Tensor: 1, Part: 0, Key: 65536, Elems: 64, Server: 2},
 	}
-	if !slices.Equal(bs, want) {
-		t.Errorf("byteps placement\n got %+v\nwant %+v", bs, want)
-	}
+	assert.Equal(t, want, bs, "byteps placement")
 	// At scale 32 the partitions keep their number and shrink.
 	bs = bytePSPlacement(ts, 4, 32)
-	if len(bs) != 4 || bs[0].Elems != 32_000 || bs[2].Elems != 9_728 || bs[3].Elems != 2 {
-		t.Errorf("scaled: %+v", bs)
+	if assert.Len(t, bs, 4, "scaled") {
+		assert.Equal(t, []int{32_000, 9_728, 2}, []int{bs[0].Elems, bs[2].Elems, bs[3].Elems}, "scaled: elements of partitions 0, 2, 3")
 	}
 	all := bytePSPlacement(resNet50(), 4, 1)
 	n := 0
 	for _, x := range resNet50() {
 		n += (x.Elems + 1_023_999) / 1_024_000
 	}
-	if len(all) != n {
-		t.Errorf("%d partitions of ResNet-50, want %d", len(all), n)
-	}
+	assert.Len(t, all, n, "partitions of ResNet-50")
 }
 
 func TestMXNetPlacement(t *testing.T) {
@@ -119,50 +100,41 @@ func TestMXNetPlacement(t *testing.T) {
 		ts[i] = tensor{Elems: 100}
 	}
 	bs := mxnetPlacement(ts, 4, 1)
-	if bs[5].Server != 1 || bs[5].Key != 5 {
-		t.Errorf("key 5 of 4 servers: %+v, want server 1", bs[5])
-	}
+	assert.Equal(t, 1, bs[5].Server, "key 5 of 4 servers")
+	assert.EqualValues(t, 5, bs[5].Key, "key 5 of 4 servers")
 	bs = mxnetPlacement(ts, 3, 1)
-	if bs[2].Server != 2 {
-		t.Errorf("key 2 of 3 servers: %+v, want server 2", bs[2])
-	}
+	assert.Equal(t, 2, bs[2].Server, "key 2 of 3 servers")
 	// A big tensor (judged at its real size) is split over every server
 	// with round(size/n*(i+1)) - round(size/n*i) elements; 10 over 4:
 	// 2.5 -> 3, 5, 7.5 -> 8, 10: parts 3, 2, 3, 2.
 	bs = mxnetPlacement([]tensor{{Elems: 999_999}, {Elems: 1_000_000}}, 4, 100_000)
-	if len(bs) != 5 || bs[0].Elems != 10 || bs[0].Server != 0 {
-		t.Fatalf("blocks %+v", bs)
-	}
+	require.Len(t, bs, 5)
+	require.Equal(t, 10, bs[0].Elems, "blocks %+v", bs)
+	require.Equal(t, 0, bs[0].Server, "blocks %+v", bs)
 	for i, want := range []int{3, 2, 3, 2} {
 		b := bs[1+i]
-		if b.Elems != want || b.Server != i || b.Key != 1 || b.Part != i {
-			t.Errorf("part %d: %+v, want %d elements on server %d with key 1", i, b, want, i)
-		}
+		assert.Equal(t, want, b.Elems, "part %d: elements", i)
+		assert.Equal(t, i, b.Server, "part %d: server", i)
+		assert.EqualValues(t, 1, b.Key, "part %d: key", i)
+		assert.Equal(t, i, b.Part, "part %d: part", i)
 	}
 	// ResNet-50: 10 tensors of at least 10^6 elements, split 4 ways.
 	all := mxnetPlacement(resNet50(), 4, 32)
-	if len(all) != 151+10*4 {
-		t.Errorf("%d blocks, want 191", len(all))
-	}
+	assert.Len(t, all, 151+10*4, "blocks")
 }
 
 func TestOraclePlacementFollowsCapacity(t *testing.T) {
 	bs := mxnetPlacement(resNet50(), 4, 32)
 	capacity := []float64{0.25, 1, 1, 1}
 	o := oraclePlacement(bs, capacity)
-	if len(o) != len(bs) {
-		t.Fatalf("%d blocks, want %d", len(o), len(bs))
-	}
+	require.Len(t, o, len(bs))
 	var total int64
 	seen := map[[2]uint64]bool{}
 	for i, b := range o {
-		if b.Elems != bs[i].Elems || b.Tensor != bs[i].Tensor || b.Part != bs[i].Part {
-			t.Fatalf("block %d changed: %+v -> %+v", i, bs[i], b)
-		}
+		require.Equal(t, [3]int{bs[i].Elems, bs[i].Tensor, bs[i].Part}, [3]int{b.Elems, b.Tensor, b.Part},
+			"block %d changed: %+v -> %+v", i, bs[i], b)
 		k := [2]uint64{uint64(b.Server), b.Key}
-		if seen[k] {
-			t.Fatalf("key %d twice on server %d", b.Key, b.Server)
-		}
+		require.False(t, seen[k], "key %d twice on server %d", b.Key, b.Server)
 		seen[k] = true
 		total += b.Bytes()
 	}
@@ -171,36 +143,33 @@ func TestOraclePlacementFollowsCapacity(t *testing.T) {
 	ideal := float64(total) / 3.25
 	bw := []float64{0.25, 1, 1, 1}
 	worst := linkBound(o, 1, bw) / 2
-	if worst > ideal*1.03 {
-		t.Errorf("oracle's slowest server needs %.0f, ideal %.0f", worst, ideal)
-	}
-	if hashed := linkBound(bs, 1, bw) / 2; hashed < 2.5*ideal {
-		t.Errorf("the hash placement (%.0f) should be far from ideal (%.0f) with a 4x straggler", hashed, ideal)
-	}
+	assert.LessOrEqual(t, worst, ideal*1.03, "oracle's slowest server against the ideal")
+	assert.GreaterOrEqual(t, linkBound(bs, 1, bw)/2, 2.5*ideal, "the hash placement should be far from ideal with a 4x straggler")
 }
 
 func TestEmulatorFromEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	e, err := emulatorFromEnv(env(map[string]string{envBandwidth: "25e6", envKind: "bandwidth", envSlowdown: "4", envSlowRank: "2"}))
-	if err != nil || e.base != 25e6 || e.kind != "bandwidth" || e.slowdown != 4 || e.slowRank != 2 {
-		t.Fatalf("%+v, %v", e, err)
-	}
+	require.NoError(t, err)
+	require.EqualValues(t, 25e6, e.base)
+	require.Equal(t, "bandwidth", e.kind)
+	require.EqualValues(t, 4, e.slowdown)
+	require.Equal(t, 2, e.slowRank)
 	e.rank = func() int { return 2 }
-	if slow, bw := e.profile(); !slow || bw != 25e6/4 {
-		t.Errorf("rank 2: slow %v, bandwidth %v", slow, bw)
-	}
+	slow, bw := e.profile()
+	assert.True(t, slow, "rank 2 is slow")
+	assert.EqualValues(t, 25e6/4, bw, "rank 2's bandwidth")
 	e, _ = emulatorFromEnv(env(map[string]string{envBandwidth: "25e6", envKind: "cpu", envSlowdown: "4"}))
 	e.rank = func() int { return 1 }
-	if slow, bw := e.profile(); slow || bw != 25e6 {
-		t.Errorf("rank 1: slow %v, bandwidth %v", slow, bw)
-	}
+	slow, bw = e.profile()
+	assert.False(t, slow, "rank 1 is not slow")
+	assert.EqualValues(t, 25e6, bw, "rank 1's bandwidth")
 	for _, bad := range []map[string]string{
 		{envBandwidth: "-1"}, {envKind: "disk"}, {envSlowdown: "0.5"}, {envSlowRank: "x"},
 		{envKind: "bandwidth"},
 	} {
-		if _, err := emulatorFromEnv(env(bad)); err == nil {
-			t.Errorf("%v accepted", bad)
-		}
+		_, err := emulatorFromEnv(env(bad))
+		assert.Error(t, err, "%v accepted", bad)
 	}
 }
 
@@ -213,38 +182,27 @@ func TestEmulatedLinkKeepsItsRate(t *testing.T) {
 		e.occupy(2 * time.Millisecond)
 	}
 	took := time.Since(start)
-	if took < 78*time.Millisecond || took > 400*time.Millisecond {
-		t.Errorf("40 x 2 ms on the emulated link took %v", took)
-	}
-	if e.emulated.Load() != int64(80*time.Millisecond) {
-		t.Errorf("emulated %v", time.Duration(e.emulated.Load()))
-	}
+	assert.GreaterOrEqual(t, took, 78*time.Millisecond, "40 x 2 ms on the emulated link")
+	assert.LessOrEqual(t, took, 400*time.Millisecond, "40 x 2 ms on the emulated link")
+	assert.Equal(t, 80*time.Millisecond, time.Duration(e.emulated.Load()), "emulated")
 }
 
 func TestEmulatorPayload(t *testing.T) {
 	e := &emulator{sizes: map[uint64]int{}}
 	push := kv.ReqMeta{Push: true, DataType: message.Float}
-	if n := e.payload(push, kv.KVPairs{Keys: []uint64{7, 9}, Vals: make([]byte, 24), Lens: []int32{2, 4}}); n != 24 {
-		t.Errorf("push payload %d, want 24", n)
-	}
+	assert.Equal(t, 24, e.payload(push, kv.KVPairs{Keys: []uint64{7, 9}, Vals: make([]byte, 24), Lens: []int32{2, 4}}), "push payload")
 	pull := kv.ReqMeta{Pull: true, DataType: message.Float}
-	if n := e.payload(pull, kv.KVPairs{Keys: []uint64{9}}); n != 16 {
-		t.Errorf("pull payload %d, want 16 (4 floats pushed for key 9)", n)
-	}
+	assert.Equal(t, 16, e.payload(pull, kv.KVPairs{Keys: []uint64{9}}), "pull payload: 4 floats pushed for key 9")
 }
 
 func TestMergedWindowsAndOverlaps(t *testing.T) {
 	ws := mergeWindows([][2]int64{{50, 60}, {10, 20}, {15, 30}, {60, 70}})
-	if !slices.Equal(ws, [][2]int64{{10, 30}, {50, 70}}) {
-		t.Fatalf("merged %v", ws)
-	}
+	require.Equal(t, [][2]int64{{10, 30}, {50, 70}}, ws, "merged")
 	for _, c := range []struct {
 		s, e int64
 		want bool
 	}{{0, 9, false}, {0, 10, true}, {31, 49, false}, {25, 55, true}, {71, 80, false}, {70, 70, true}} {
-		if got := overlaps(ws, c.s, c.e); got != c.want {
-			t.Errorf("overlaps [%d, %d] = %v", c.s, c.e, got)
-		}
+		assert.Equal(t, c.want, overlaps(ws, c.s, c.e), "overlaps [%d, %d]", c.s, c.e)
 	}
 }
 
@@ -262,36 +220,28 @@ func TestRowsCompareWithStaticAndOracle(t *testing.T) {
 	add("static", "none", 4, 4, 4)
 	add("elastic", "none", 3.9, 4.1, 3.96)
 	rows := tabulate(configs, runs)
-	if len(rows) != 5 {
-		t.Fatalf("%d rows", len(rows))
-	}
+	require.Len(t, rows, 5)
 	el := rows[1]
-	if el.ItPerSec != 2.9 || el.MedianRun.ItPerSec != 2.9 || math.Abs(el.SpeedUp-2.9) > 1e-9 || math.Abs(el.VsOracle-2.9/3.1) > 1e-9 {
-		t.Errorf("elastic row %+v", el)
-	}
-	if h := rows[4]; math.Abs(h.SpeedUp-0.99) > 1e-9 || h.VsOracle != 0 {
-		t.Errorf("healthy elastic row %+v", h)
-	}
+	assert.Equal(t, 2.9, el.ItPerSec, "elastic row")
+	assert.Equal(t, 2.9, el.MedianRun.ItPerSec, "elastic row's median run")
+	assert.InDelta(t, 2.9, el.SpeedUp, 1e-9, "elastic row's speed-up")
+	assert.InDelta(t, 2.9/3.1, el.VsOracle, 1e-9, "elastic row against the oracle")
+	h := rows[4]
+	assert.InDelta(t, 0.99, h.SpeedUp, 1e-9, "healthy elastic row's speed-up")
+	assert.Zero(t, h.VsOracle, "healthy elastic row against the oracle")
 	notes := targets(rows)
-	if len(notes) != 3 {
-		t.Fatalf("targets %q", notes)
-	}
+	require.Len(t, notes, 3, "targets")
 }
 
 func TestSplitNote(t *testing.T) {
 	got := splitNote("aaaa; bbbb; cccc", 11)
-	if !slices.Equal(got, []string{"aaaa; bbbb;", "cccc"}) {
-		t.Errorf("%q", got)
-	}
+	assert.Equal(t, []string{"aaaa; bbbb;", "cccc"}, got)
 }
 
 func TestReportMarshalsUndefinedStatisticsAsNull(t *testing.T) {
 	r := &jobResult{Placement: "static", MoveP50MS: num(math.NaN()), OpOtherP50MS: 1.5}
 	b, err := json.Marshal(&report{Runs: []*jobResult{r}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(b), `"move_p50_ms":null`) || !strings.Contains(string(b), `"op_other_p50_ms":1.5`) {
-		t.Errorf("%s", b)
-	}
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"move_p50_ms":null`)
+	assert.Contains(t, string(b), `"op_other_p50_ms":1.5`)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van/vantest"
 )
@@ -46,11 +47,10 @@ func TestAfterSent(t *testing.T) {
 	m := vantest.MustRecv(t, server.Transport)
 	require.Len(t, m.Data[1], len(big))
 	require.EqualValues(t, 7, m.Data[1][len(big)-1])
-	deadline := time.Now().Add(10 * time.Second)
-	for ran.Load() == 0 && time.Now().Before(deadline) {
+	testutil.Until(10*time.Second, func() bool {
 		drainReleases() // what every Send and Recv does
-		time.Sleep(time.Millisecond)
-	}
+		return ran.Load() != 0
+	})
 	require.EqualValues(t, 1, ran.Load(), "runs once the frame is released")
 	drainReleases()
 	require.EqualValues(t, 1, ran.Load(), "runs once")

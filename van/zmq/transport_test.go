@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/vantest"
@@ -266,23 +267,13 @@ func TestConnectDoesNotWaitForBlockedSend(t *testing.T) {
 	alive := newNode(t, Config{}, message.RoleServer, serverID)
 	connected := make(chan error, 1)
 	go func() { connected <- tr.Connect(alive.node, workerID) }()
-	select {
-	case err := <-connected:
-		require.NoError(t, err)
-	case <-time.After(recvTimeout):
-		t.Fatal("Connect waits for a Send blocked on the replaced DEALER")
-	}
+	require.NoError(t, testutil.Recv(t, connected, recvTimeout, func() string { return "Connect waits for a Send blocked on the replaced DEALER" }))
 	_, err = tr.Send(controlMsg(serverID, message.CmdAck))
 	require.NoError(t, err)
 	assert.Equal(t, message.CmdAck, vantest.MustRecv(t, alive.Transport).Meta.Control.Cmd)
 
 	require.NoError(t, tr.Close())
-	select {
-	case err := <-blocked:
-		assert.ErrorIs(t, err, van.ErrClosed)
-	case <-time.After(recvTimeout):
-		t.Fatal("Send still blocked after Close")
-	}
+	assert.ErrorIs(t, testutil.Recv(t, blocked, recvTimeout, func() string { return "Send still blocked after Close" }), van.ErrClosed)
 }
 
 func TestConfigValidation(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van/vantest"
 )
@@ -37,11 +38,10 @@ func isView(m *message.Message, i int) bool {
 // echoing zero-copy Send happen when a transport next passes by.
 func waitOpenViews(t *testing.T, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for openViews.Load() != want && time.Now().Before(deadline) {
+	testutil.Until(10*time.Second, func() bool {
 		drainReleases()
-		time.Sleep(time.Millisecond)
-	}
+		return openViews.Load() == want
+	})
 	require.Equal(t, want, openViews.Load())
 }
 

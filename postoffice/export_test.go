@@ -1,0 +1,34 @@
+package postoffice
+
+import "github.com/elasticps/elasticps/message"
+
+// What the whole-job tests (package postoffice_test, which run jobs with
+// internal/jobtest, which imports this package) need of the internals.
+
+// SharedProcs is sharedProcs.
+var SharedProcs = sharedProcs
+
+// ShareHostCPUs is shareHostCPUs.
+func (p *Postoffice) ShareHostCPUs(me message.Node, nodes []message.Node) { p.shareHostCPUs(me, nodes) }
+
+// GossipMembers is the number of members p's membership gossip knows, -1
+// while it has none.
+func (p *Postoffice) GossipMembers() int {
+	p.memberMu.Lock()
+	defer p.memberMu.Unlock()
+	if p.member == nil {
+		return -1
+	}
+	return len(p.member.Members())
+}
+
+// KillGossip shuts p's gossip member down without leaving, as a node that
+// dies abruptly does.
+func (p *Postoffice) KillGossip() {
+	p.memberMu.Lock()
+	defer p.memberMu.Unlock()
+	if p.member != nil {
+		_ = p.member.Shutdown()
+		p.member = nil
+	}
+}
