@@ -13,50 +13,60 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// everythingOn routes every key to one server and counts completions.
-type everythingOn struct {
+// swapped routes range i to server rank n-1-i and counts completions.
+type swapped struct {
 	table *routing.Table
 	done  atomic.Int64
 }
 
-func newEverythingOn(ranges []routing.Range, server int32) *everythingOn {
+func newSwapped(ranges []routing.Range) *swapped {
 	tab := routing.NewIdentityTable(len(ranges))
 	r := tab.Current().Clone()
 	r.Epoch = 1
 	for i := range r.Intervals {
-		r.Intervals[i].Node = server
+		r.Intervals[i].Node = int32(message.ServerRankToID(len(ranges) - 1 - i))
 	}
 	tab.Update(r)
-	return &everythingOn{table: tab}
+	return &swapped{table: tab}
 }
 
-func (r *everythingOn) Table() *routing.Table            { return r.table }
-func (r *everythingOn) NumbersPushes() bool              { return false }
-func (r *everythingOn) OperationDone(_, _ time.Duration) { r.done.Add(1) }
+func (r *swapped) Table() *routing.Table            { return r.table }
+func (r *swapped) NumbersPushes() bool              { return false }
+func (r *swapped) OperationDone(_, _ time.Duration) { r.done.Add(1) }
 
-// countingHandler sums like DefaultHandler and counts the requests it saw.
-type countingHandler struct {
+// keyRecorder sums like DefaultHandler and records the keys it was sent.
+type keyRecorder struct {
 	*DefaultHandler
-	n atomic.Int64
+	mu   sync.Mutex
+	keys []uint64
 }
 
-func (h *countingHandler) handle(meta ReqMeta, data KVPairs, s *Server) {
-	h.n.Add(1)
+func (h *keyRecorder) handle(meta ReqMeta, data KVPairs, s *Server) {
+	h.mu.Lock()
+	h.keys = append(h.keys, data.Keys...)
+	h.mu.Unlock()
 	h.Handle(meta, data, s)
+}
+
+func (h *keyRecorder) seen() []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]uint64(nil), h.keys...)
 }
 
 func TestRouterDecidesWhichServerGetsAKey(t *testing.T) {
 	j := startJob(t, 2, 1)
-	hs := []*countingHandler{{DefaultHandler: NewDefaultHandler()}, {DefaultHandler: NewDefaultHandler()}}
+	hs := []*keyRecorder{{DefaultHandler: NewDefaultHandler()}, {DefaultHandler: NewDefaultHandler()}}
 	i := 0
 	j.startServersWith(func(s *Server) { s.SetRequestHandler(hs[j.Servers[i].MyRank()].handle); i++ })
 	ranges := j.Workers[0].ServerKeyRanges()
-	router := newEverythingOn(ranges, int32(message.ServerRankToID(1)))
+	router := newSwapped(ranges)
 	w, err := NewWorkerWith(j.Workers[0], 0, 0, WorkerOptions{Router: router})
 	require.NoError(t, err)
 	t.Cleanup(w.Close)
 
-	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1}
+	k0, k1 := ranges[0].Begin+1, ranges[1].Begin+1
+	keys := []uint64{k0, k1}
 	ts, err := Push(w, keys, []float32{3, 4}, nil, Options{})
 	require.NoError(t, err)
 	require.NoError(t, w.Wait(ts))
@@ -66,8 +76,8 @@ func TestRouterDecidesWhichServerGetsAKey(t *testing.T) {
 	require.NoError(t, w.Wait(ts))
 
 	assert.Equal(t, []float32{3, 4}, got)
-	assert.Zero(t, hs[0].n.Load(), "server rank 0 owns no key in this table")
-	assert.Equal(t, int64(4), hs[1].n.Load(), "a push and a pull, each cut in two spans, all on rank 1")
+	assert.Equal(t, []uint64{k1, k1}, hs[0].seen(), "rank 0 holds range 1 in this table: its push and its pull")
+	assert.Equal(t, []uint64{k0, k0}, hs[1].seen(), "rank 1 holds range 0")
 	assert.Equal(t, int64(2), router.done.Load())
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van/vantest"
 )
@@ -68,11 +69,7 @@ func TestWriteCompletionAfterPeerClosed(t *testing.T) {
 	msg.Meta.Timestamp = 77
 	_, err = sender.Send(msg)
 	require.NoError(t, err)
-	select {
-	case <-paused:
-	case <-time.After(recvTimeout):
-		t.Fatal("the receiver never answered the rendezvous")
-	}
+	testutil.Recv(t, paused, recvTimeout, func() string { return "the receiver never answered the rendezvous" })
 	// The write completed on the sender's side: its image is in flight to
 	// (or already queued at) the receiver.
 	require.Eventually(t, func() bool {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/vantest"
@@ -450,13 +451,9 @@ func TestCloseUnblocksRecvAndSend(t *testing.T) {
 	}()
 	time.Sleep(50 * time.Millisecond)
 	require.NoError(t, server.Close())
-	select {
-	case err := <-errs:
-		assert.ErrorIs(t, err, van.ErrClosed)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Recv still blocked after Close")
-	}
-	_, err := server.Send(controlMsg(workerID, message.CmdHeartbeat))
+	err := testutil.Recv(t, errs, 5*time.Second, func() string { return "Recv still blocked after Close" })
+	assert.ErrorIs(t, err, van.ErrClosed)
+	_, err = server.Send(controlMsg(workerID, message.CmdHeartbeat))
 	assert.ErrorIs(t, err, van.ErrClosed)
 	require.NoError(t, server.Close(), "Close is idempotent")
 
