@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/internal/straggler"
 	"github.com/elasticps/elasticps/kv"
@@ -118,18 +117,11 @@ func runDemoNode(ctx context.Context) error {
 		return err
 	}
 	defer release()
-	en, err := elastic.Open(po)
-	if err != nil {
-		return err
-	}
-	w, err := en.NewWorker(0, 0)
+	w, err := nodeproc.StartWorker(po)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := po.StartWithBarrier(0); err != nil {
-		return err
-	}
 	if err := train(po, w, p); err != nil {
 		return err
 	}

@@ -126,18 +126,11 @@ func RunNode(ctx context.Context) error {
 		}
 		defer srv.Close()
 	case message.RoleWorker:
-		en, err := elastic.Open(po)
-		if err != nil {
-			return err
-		}
-		w, err := en.NewWorker(0, 0)
+		w, err := nodeproc.StartWorker(po)
 		if err != nil {
 			return err
 		}
 		defer w.Close()
-		if err := po.StartWithBarrier(0); err != nil {
-			return err
-		}
 		if plan.LockThread {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()

@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/coord"
+	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/rebalance"
 )
@@ -77,6 +79,25 @@ func Open(ctx context.Context, cfg postoffice.Config) (po *postoffice.Postoffice
 // StartBalancer starts the PSLD loop of an elastic scheduler: the
 // migration coordinator, and the planner every PS_BALANCE_INTERVAL
 // milliseconds (default 2000) from the moment the node is ready until ctx
+// StartWorker creates po's worker (app 0, customer 0; elastic mode's when
+// the job is elastic) and starts the node with a barrier. The caller
+// closes the worker.
+func StartWorker(po *postoffice.Postoffice) (*kv.Worker, error) {
+	en, err := elastic.Open(po)
+	if err != nil {
+		return nil, err
+	}
+	w, err := en.NewWorker(0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := po.StartWithBarrier(0); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
 // ends.
 func StartBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Coordinator, *coord.Balancer, error) {
 	c, err := coord.New(po)

@@ -374,18 +374,11 @@ func (e *emulator) handle(meta kv.ReqMeta, data kv.KVPairs, srv *kv.Server) {
 // request, all in flight, then waits) and then pulls every block the same
 // way, as BytePS and MXNet workers do.
 func runWorker(po *postoffice.Postoffice, plan nodePlan) error {
-	en, err := elastic.Open(po)
-	if err != nil {
-		return err
-	}
-	w, err := en.NewWorker(0, 0)
+	w, err := nodeproc.StartWorker(po)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
-	if err := po.StartWithBarrier(0); err != nil {
-		return err
-	}
 	ranges := po.ServerKeyRanges()
 	nb := len(plan.Blocks)
 	keys := make([]uint64, nb)
