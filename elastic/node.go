@@ -118,14 +118,18 @@ func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Se
 	}
 	var agent *serverAgent
 	opts.Gate = func(s *kv.Server) kv.RequestGate {
+		// Stored before the server registers: from its first request on,
+		// the scheduler's elastic messages reach this agent, not the
+		// worker-node handling in handle.
 		agent = newServerAgent(n, s, mig)
+		n.server.Store(agent)
 		return agent
 	}
 	s, err := kv.NewServerWith(n.po, appID, opts)
 	if err != nil {
+		n.server.CompareAndSwap(agent, nil)
 		return nil, err
 	}
-	n.server.Store(agent)
 	go agent.tickLoop()
 	go agent.reportLoop(n.every)
 	return s, nil

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/jobtest"
 	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -164,4 +166,25 @@ func TestHandleLocalBypassesTheGate(t *testing.T) {
 	require.NoError(t, w.Wait(ts))
 	assert.Equal(t, []float32{2, 6}, got)
 	assert.Equal(t, int64(1), g.admits.Load())
+}
+
+// An elastic job's nodes must use elastic mode's hooks: a worker or server
+// without them would route by the static ranges and lose updates during a
+// move, so kv refuses to create them and says what to do instead.
+func TestElasticJobRefusesWorkersAndServersWithoutHooks(t *testing.T) {
+	for _, role := range []message.Role{message.RoleWorker, message.RoleServer} {
+		po, err := postoffice.New(postoffice.Config{
+			Role: role, NumWorkers: 1, NumServers: 1, Elastic: true,
+			SchedulerHost: "127.0.0.1", SchedulerPort: 1, Logger: jobtest.Logger(),
+		}, nopTransport{closed: make(chan struct{})})
+		require.NoError(t, err)
+		t.Cleanup(po.Stop)
+		if role == message.RoleWorker {
+			_, err = NewWorker(po, 0, 0)
+		} else {
+			_, err = NewServer(po, 0)
+		}
+		assert.ErrorContains(t, err, "PS_ELASTIC=1", role.String())
+		assert.ErrorContains(t, err, "elastic.Open(po)", role.String())
+	}
 }

@@ -130,7 +130,7 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 	}
 	if po.Config().Elastic && s.gate == nil {
 		c.Close()
-		return nil, errors.New("kv: PS_ELASTIC=1 but the server has no elastic gate: create it with elastic.Node.NewServer")
+		return nil, errors.New("kv: PS_ELASTIC=1 but the server has no elastic gate: open the node's elastic side with elastic.Open(po) and create the server with its NewServer")
 	}
 	return s, nil
 }

@@ -117,7 +117,7 @@ func NewWorkerWith(po *postoffice.Postoffice, appID, customerID int, opts Worker
 	r := opts.Router
 	if r == nil {
 		if po.Config().Elastic {
-			return nil, errors.New("kv: PS_ELASTIC=1 but the worker has no elastic router: create it with elastic.Node.NewWorker")
+			return nil, errors.New("kv: PS_ELASTIC=1 but the worker has no elastic router: open the node's elastic side with elastic.Open(po) and create the worker with its NewWorker")
 		}
 		r = staticRouter{routing.NewIdentityTable(po.NumServers())}
 	}
