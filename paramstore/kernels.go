@@ -107,8 +107,11 @@ func updateFloat[F float32 | float64](cfg *Config, e *entry, gb []byte, scale fl
 		t := float64(e.step)
 		m, v := view[F](e.m), view[F](e.v)
 		b1, b2, eps := F(cfg.Beta1), F(cfg.Beta2), F(cfg.Epsilon)
-		c1 := F(1 / (1 - math.Pow(cfg.Beta1, t))) // bias corrections
-		c2 := F(1 / (1 - math.Pow(cfg.Beta2, t)))
+		// bias corrections, of the betas as rounded to F: the moments decay
+		// by those (float32's 0.999 is 0.99900001, which would otherwise
+		// bias sqrt(vhat) by 1e-5 relative after tens of steps)
+		c1 := F(1 / (1 - math.Pow(float64(b1), t)))
+		c2 := F(1 / (1 - math.Pow(float64(b2), t)))
 		for i := range w {
 			gi := sc*g[i] + wd*w[i]
 			m[i] = b1*m[i] + (1-b1)*gi

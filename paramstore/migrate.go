@@ -152,7 +152,10 @@ func (s *Store) decode(b []byte) (map[uint64]*entry, error) {
 		if n%e.dt.Size() != 0 {
 			return nil, fmt.Errorf("key %d: %d bytes is not a whole number of %s values", k, n, e.dt)
 		}
-		if flags&^knownFlags != 0 || (flags&hasAcc != 0) != (e.pending > 0) {
+		if flags&^knownFlags != 0 {
+			return nil, fmt.Errorf("key %d: unknown flags %#x", k, flags&^knownFlags)
+		}
+		if (flags&hasAcc != 0) != (e.pending > 0) {
 			return nil, fmt.Errorf("key %d: flags %#x do not match %d pending gradients", k, flags, e.pending)
 		}
 		if _, dup := entries[k]; dup {
