@@ -21,12 +21,7 @@ const (
 
 var aggregateNames = []string{Sum: "sum", Mean: "mean"}
 
-func (a Aggregate) String() string {
-	if a >= 0 && int(a) < len(aggregateNames) {
-		return aggregateNames[a]
-	}
-	return fmt.Sprintf("Aggregate(%d)", int(a))
-}
+func (a Aggregate) String() string { return nameOf(int(a), "Aggregate", aggregateNames) }
 
 // ParseAggregate reads a flag value: "sum" or "mean".
 func ParseAggregate(s string) (Aggregate, error) {
@@ -53,17 +48,19 @@ const (
 
 var optimizerNames = []string{None: "none", SGD: "sgd", Momentum: "momentum", Adam: "adam"}
 
-func (o Optimizer) String() string {
-	if o >= 0 && int(o) < len(optimizerNames) {
-		return optimizerNames[o]
-	}
-	return fmt.Sprintf("Optimizer(%d)", int(o))
-}
+func (o Optimizer) String() string { return nameOf(int(o), "Optimizer", optimizerNames) }
 
 // ParseOptimizer reads a flag value: "none", "sgd", "momentum" or "adam".
 func ParseOptimizer(s string) (Optimizer, error) {
 	i, err := parseName(s, "optimizer", optimizerNames)
 	return Optimizer(i), err
+}
+
+func nameOf(i int, typ string, names []string) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
+	}
+	return fmt.Sprintf("%s(%d)", typ, i)
 }
 
 func parseName(s, what string, names []string) (int, error) {

@@ -124,75 +124,27 @@ func (s *Store) apply(meta kv.ReqMeta, data kv.KVPairs) (kv.KVPairs, error) {
 
 // pull answers with the values of data.Keys; s.mu is held.
 func (s *Store) pull(dt message.DataType, data kv.KVPairs) (kv.KVPairs, error) {
-	total, firstLen := 0, -1
-	uniform := true
-	for _, k := range data.Keys {
+	return kv.PullResponse(dt, data, func(k uint64) ([]byte, message.DataType, bool) {
 		e, ok := s.keys[k]
 		if !ok {
-			return kv.KVPairs{}, fmt.Errorf("pull of key %d, which has no value (it was never pushed)", k)
+			return nil, 0, false
 		}
-		if e.dt != dt {
-			return kv.KVPairs{}, fmt.Errorf("pull of key %d as %s, but it holds %s values", k, dt, e.dt)
-		}
-		total += len(e.val)
-		if firstLen < 0 {
-			firstLen = len(e.val)
-		} else if len(e.val) != firstLen {
-			uniform = false
-		}
-	}
-	res := kv.KVPairs{Keys: data.Keys, Vals: alignedBytes(total)}
-	if !uniform || len(data.Lens) > 0 {
-		res.Lens = make([]int32, len(data.Keys))
-	}
-	es := dt.Size()
-	off := 0
-	for i, k := range data.Keys {
-		e := s.keys[k]
-		off += copy(res.Vals[off:], e.val)
-		if res.Lens != nil {
-			res.Lens[i] = int32(len(e.val) / es)
-		}
-	}
-	return res, nil
+		return e.val, e.dt, true
+	})
 }
 
 // push validates the whole request, then applies it; s.mu is held.
 func (s *Store) push(dt message.DataType, data kv.KVPairs) error {
-	n := len(data.Keys)
-	es := dt.Size()
-	// extent(i) is the byte range of key i's values.
-	var offs []int
-	per := 0
-	if len(data.Lens) > 0 {
-		offs = make([]int, n+1)
-		for i, l := range data.Lens {
-			if l < 0 {
-				return fmt.Errorf("lens[%d]=%d is negative", i, l)
-			}
-			offs[i+1] = offs[i] + int(l)*es
-		}
-		if offs[n] != len(data.Vals) {
-			return fmt.Errorf("lens add up to %d bytes but vals has %d", offs[n], len(data.Vals))
-		}
-	} else {
-		if len(data.Vals)%n != 0 || (len(data.Vals)/n)%es != 0 {
-			return fmt.Errorf("%d bytes of vals cannot be split evenly over %d keys of %s", len(data.Vals), n, dt)
-		}
-		per = len(data.Vals) / n
-	}
-	extent := func(i int) (int, int) {
-		if offs != nil {
-			return offs[i], offs[i+1]
-		}
-		return i * per, (i + 1) * per
+	offs, err := kv.PushExtents(data, dt)
+	if err != nil {
+		return err
 	}
 	// Validate first so that a bad key leaves the store untouched. newLen
 	// remembers keys first seen in this request (rare: only initial pushes).
 	var newLen map[uint64]int
 	gradients := false
 	for i, k := range data.Keys {
-		a, b := extent(i)
+		a, b := offs[i], offs[i+1]
 		if e, ok := s.keys[k]; ok {
 			if e.dt != dt || len(e.val) != b-a {
 				return fmt.Errorf("push of %d bytes of %s to key %d, which holds %d bytes of %s", b-a, dt, k, len(e.val), e.dt)
@@ -216,13 +168,12 @@ func (s *Store) push(dt message.DataType, data kv.KVPairs) error {
 	}
 	var g grad
 	if gradients {
-		var err error
 		if g, err = s.gradParams(); err != nil {
 			return err
 		}
 	}
 	for i, k := range data.Keys {
-		a, b := extent(i)
+		a, b := offs[i], offs[i+1]
 		if e, ok := s.keys[k]; ok {
 			s.gradient(e, data.Vals[a:b], g)
 			continue
