@@ -73,83 +73,41 @@ func (h *DefaultHandler) Len() int {
 }
 
 func (h *DefaultHandler) apply(meta ReqMeta, data KVPairs) (KVPairs, error) {
-	es := meta.DataType.Size()
 	n := len(data.Keys)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if meta.Push && n > 0 {
-		if err := h.push(meta.DataType, es, data); err != nil {
+		if err := h.push(meta.DataType, data); err != nil {
 			return KVPairs{}, err
 		}
 	}
 	if !meta.Pull || n == 0 {
 		return KVPairs{}, nil
 	}
-	total, firstLen := 0, -1
-	uniform := true
-	for _, k := range data.Keys {
+	return PullResponse(meta.DataType, data, func(k uint64) ([]byte, message.DataType, bool) {
 		v, ok := h.store[k]
 		if !ok {
-			return KVPairs{}, fmt.Errorf("pull of key %d, which has no value (it was never pushed)", k)
+			return nil, 0, false
 		}
-		if v.dt != meta.DataType {
-			return KVPairs{}, fmt.Errorf("pull of key %d as %s, but it holds %s values", k, meta.DataType, v.dt)
-		}
-		total += len(v.val)
-		if firstLen < 0 {
-			firstLen = len(v.val)
-		} else if len(v.val) != firstLen {
-			uniform = false
-		}
-	}
-	res := KVPairs{Keys: data.Keys, Vals: alignedBytes(total)}
-	if !uniform || len(data.Lens) > 0 {
-		res.Lens = make([]int32, n)
-	}
-	off := 0
-	for i, k := range data.Keys {
-		v := h.store[k]
-		off += copy(res.Vals[off:], v.val)
-		if res.Lens != nil {
-			res.Lens[i] = int32(len(v.val) / es)
-		}
-	}
-	return res, nil
+		return v.val, v.dt, true
+	})
 }
 
 // push validates the whole request, then applies it; h.mu is held.
-func (h *DefaultHandler) push(dt message.DataType, es int, data KVPairs) error {
-	n := len(data.Keys)
+func (h *DefaultHandler) push(dt message.DataType, data KVPairs) error {
 	add := adderFor(dt)
 	if add == nil {
 		return fmt.Errorf("cannot sum values of type %s", dt)
 	}
-	// extent(i) is the byte range of key i's values.
-	var extent func(i int) (int, int)
-	if len(data.Lens) > 0 {
-		offs := make([]int, n+1)
-		for i, l := range data.Lens {
-			if l < 0 {
-				return fmt.Errorf("lens[%d]=%d is negative", i, l)
-			}
-			offs[i+1] = offs[i] + int(l)*es
-		}
-		if offs[n] != len(data.Vals) {
-			return fmt.Errorf("lens add up to %d bytes but vals has %d", offs[n], len(data.Vals))
-		}
-		extent = func(i int) (int, int) { return offs[i], offs[i+1] }
-	} else {
-		if len(data.Vals)%n != 0 || (len(data.Vals)/n)%es != 0 {
-			return fmt.Errorf("%d bytes of vals cannot be split evenly over %d keys of %s", len(data.Vals), n, dt)
-		}
-		per := len(data.Vals) / n
-		extent = func(i int) (int, int) { return i * per, (i + 1) * per }
+	offs, err := PushExtents(data, dt)
+	if err != nil {
+		return err
 	}
 	// Validate first so that a bad key leaves the store untouched. newLen
 	// remembers keys first seen in this request (rare: only initial pushes).
 	var newLen map[uint64]int
 	for i, k := range data.Keys {
-		a, b := extent(i)
+		a, b := offs[i], offs[i+1]
 		if v, ok := h.store[k]; ok {
 			if v.dt != dt || len(v.val) != b-a {
 				return fmt.Errorf("push of %d bytes of %s to key %d, which holds %d bytes of %s", b-a, dt, k, len(v.val), v.dt)
@@ -165,7 +123,7 @@ func (h *DefaultHandler) push(dt message.DataType, es int, data KVPairs) error {
 		newLen[k] = b - a
 	}
 	for i, k := range data.Keys {
-		a, b := extent(i)
+		a, b := offs[i], offs[i+1]
 		if v, ok := h.store[k]; ok {
 			add(v.val, data.Vals[a:b])
 			continue
