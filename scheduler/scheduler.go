@@ -90,7 +90,7 @@ type State struct {
 	failed     map[int32]bool // reported failed by gossip before the heartbeat timeout
 	standbys   []message.Node // servers that joined the running job (scale-out)
 	early      []message.Node // standbys that registered before the job was complete
-	dead       map[int32]bool // declared dead and not replaced since
+	dead       map[int32]Gone // declared dead and not replaced since
 	lost       []Gone         // servers declared dead: their state is lost (no replicas)
 }
 
@@ -106,7 +106,7 @@ func New(cfg Config, now time.Time) *State {
 		groups:     Groups(cfg.NumServers, cfg.NumWorkers),
 		left:       map[int32]bool{},
 		failed:     map[int32]bool{},
-		dead:       map[int32]bool{},
+		dead:       map[int32]Gone{},
 	}
 	return s
 }
@@ -395,15 +395,15 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 // server's state is lost with it (there are no replicas). Declaring a node
 // twice, or one that left, does nothing.
 func (s *State) declare(id int32, reason string, a *Actions) {
-	if !s.ready || s.left[id] || s.dead[id] || s.IsAlias(id) {
+	if !s.ready || s.left[id] || s.isDead(id) || s.IsAlias(id) {
 		return
 	}
 	n, ok := s.node(id)
 	if !ok {
 		return
 	}
-	s.dead[id] = true
 	g := Gone{Node: n, Dead: true, Reason: reason}
+	s.dead[id] = g
 	if n.Role == message.RoleServer {
 		s.lost = append(s.lost, g)
 	}
@@ -428,12 +428,12 @@ func (s *State) tellLive(g Gone, a *Actions) {
 func (s *State) liveIDs() []int32 {
 	var ids []int32
 	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
-		if !s.IsAlias(id) && !s.left[id] && !s.dead[id] {
+		if !s.IsAlias(id) && !s.left[id] && !s.isDead(id) {
 			ids = append(ids, id)
 		}
 	}
 	for _, n := range s.standbys {
-		if !s.left[n.ID] && !s.dead[n.ID] {
+		if !s.left[n.ID] && !s.isDead(n.ID) {
 			ids = append(ids, n.ID)
 		}
 	}
@@ -471,7 +471,9 @@ func (s *State) node(id int32) (message.Node, bool) {
 }
 
 // Dead reports whether id is declared dead (and not replaced since).
-func (s *State) Dead(id int32) bool { return s.dead[id] }
+func (s *State) Dead(id int32) bool { return s.isDead(id) }
+
+func (s *State) isDead(id int32) bool { _, ok := s.dead[id]; return ok }
 
 // Lost lists the servers declared dead, in the order they died: their
 // key ranges' values are lost.
@@ -527,13 +529,13 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 	round := s.barrier[group]
 	need, have := 0, 0
 	for _, id := range members {
-		if s.left[id] || s.dead[id] {
+		if s.left[id] || s.isDead(id) {
 			continue
 		}
 		need++
 	}
 	for arr := range round {
-		if !s.left[arr.node] && !s.dead[arr.node] {
+		if !s.left[arr.node] && !s.isDead(arr.node) {
 			have++
 		}
 	}
@@ -543,7 +545,7 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 	}
 	delete(s.barrier, group)
 	for _, id := range members {
-		if s.IsAlias(id) || s.left[id] || s.dead[id] {
+		if s.IsAlias(id) || s.left[id] || s.isDead(id) {
 			continue
 		}
 		a.Send = append(a.Send, s.barrierRelease(id, appID, customerID, int32(group)))
@@ -553,14 +555,21 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 
 type arrival struct{ node, customer int32 }
 
-// Heartbeat records a heartbeat from node id and answers it.
+// Heartbeat records a heartbeat from node id and answers it. A node
+// declared dead whose heartbeats come back (it was only late) is told it
+// is out of the job: the others no longer wait for it, and it must not
+// wait for them.
 func (s *State) Heartbeat(now time.Time, id int32) Actions {
 	s.heartbeats[id] = now
 	m := &message.Message{Meta: message.NewMeta()}
 	m.Meta.Recver = id
 	m.Meta.Control.Cmd = message.CmdHeartbeat
 	m.Meta.Control.Nodes = []message.Node{s.cfg.Self}
-	return Actions{Send: []*message.Message{m}}
+	a := Actions{Send: []*message.Message{m}}
+	if g, ok := s.dead[id]; ok {
+		a.Send = append(a.Send, goneNotice(id, g))
+	}
+	return a
 }
 
 // DeadNodes lists the servers and workers silent for longer than timeout
@@ -636,7 +645,7 @@ func (s *State) Leave(id int32) Actions {
 		return a
 	}
 	n, known := s.node(id)
-	wasDead := s.dead[id]
+	wasDead := s.isDead(id)
 	s.left[id] = true
 	a.Events = append(a.Events, fmt.Sprintf("node %d left the job", id))
 	if known && !wasDead {

@@ -420,3 +420,13 @@ func TestLeaveIsAnnounced(t *testing.T) {
 	assert.Equal(t, map[int32][]int32{8: {10}, 9: {10}}, notices(a, CmdNodeLeft))
 	assert.Empty(t, s.Lost())
 }
+
+// A node declared dead whose heartbeats come back is told it is out.
+func TestLateNodeToldItIsDead(t *testing.T) {
+	s := readyHB(t, 1, 1) // server 8, worker 9
+	s.Heartbeat(t0.Add(8*time.Second), 8)
+	require.Len(t, s.Tick(t0.Add(15*time.Second)).Gone, 1, "worker 9 declared dead")
+	a := s.Heartbeat(t0.Add(16*time.Second), 9)
+	assert.Equal(t, map[int32][]int32{9: {9}}, notices(a, CmdNodeDead))
+	assert.Equal(t, []int32{9}, recipients(a), "the heartbeat is answered too")
+}
