@@ -170,16 +170,36 @@ func (p *proc) wait(t *testing.T) {
 	require.NoError(t, err, "%s failed:\n%s", p.name, p.output())
 }
 
-// A server process is killed mid-job and restarted: the new process takes
-// the dead server's id (is_recovery), the worker reaches it and the job
-// finishes. A garbage frame sent to the scheduler on the way is rejected
-// and the scheduler keeps serving.
-func TestServerKilledAndRestarted(t *testing.T) {
+// exitCode waits for p to exit and returns its exit status.
+func (p *proc) exitCode(t *testing.T) int {
+	t.Helper()
+	err := testutil.Recv(t, p.done, 60*time.Second, func() string {
+		return fmt.Sprintf("%s did not exit; output:\n%s", p.name, p.output())
+	})
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "%s: %s", p.name, p.output())
+	return ee.ExitCode()
+}
+
+// faultRun is a job of faultJob's.
+type faultRun struct {
+	env               func(...string) []string // every node's environment, and extra
+	sched, srv0, srv1 *proc
+	workers           []*proc
+	port, p1          int // the scheduler's port, server rank 1's port
+}
+
+// faultJob starts a scheduler, two servers (rank 1 on the higher port) and
+// two fault workers with heartbeats on (1 s, dead after 2 s), and returns
+// them once the workers push; extra is added to every node's environment.
+func faultJob(t *testing.T, extra ...string) faultRun {
 	port := porttest.Free(t)
-	signal := filepath.Join(t.TempDir(), "recovered")
-	common := []string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=1", "DMLC_PS_ROOT_URI=127.0.0.1",
+	common := append([]string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
 		fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
-		"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_VERBOSE=1"}
+		"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_VERBOSE=1"}, extra...)
 	env := func(extra ...string) []string { return append(append([]string{}, common...), extra...) }
 	p0, p1 := porttest.Free(t), porttest.Free(t)
 	if p0 > p1 {
@@ -188,31 +208,82 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
 	srv0 := start(t, "server0", env("DMLC_ROLE=server", fmt.Sprintf("PORT=%d", p0)), elasticpsBin, "server")
 	srv1 := start(t, "server1", env("DMLC_ROLE=server", fmt.Sprintf("PORT=%d", p1)), elasticpsBin, "server")
-	worker := start(t, "worker", env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=recovery", "E2E_SIGNAL_FILE="+signal), selfExe(t))
-	worker.waitFor(t, "phase 1 done")
+	var workers []*proc
+	for i := range 2 {
+		workers = append(workers, start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=faults"), selfExe(t)))
+	}
+	for _, w := range workers {
+		w.waitFor(t, "fault worker pushing")
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range append([]*proc{sched, srv0, srv1}, workers...) {
+				t.Logf("%s:\n%s", p.name, p.output())
+			}
+		}
+	})
+	return faultRun{env: env, sched: sched, srv0: srv0, srv1: srv1, workers: workers, port: port, p1: p1}
+}
+
+// kill9 kills p with SIGKILL and waits until it is gone.
+func kill9(t *testing.T, p *proc) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Kill())
+	testutil.Recv(t, p.done, 10*time.Second, func() string { return p.name + " did not exit after SIGKILL" })
+}
+
+// kill -9 of one of two servers mid-run, heartbeats on: every worker's
+// operation fails with an error naming the dead server, Finalize returns
+// everywhere, and every process of the job exits non-zero.
+func TestServerKilled(t *testing.T) {
+	j := faultJob(t)
+	kill9(t, j.srv1)
+	dead := fmt.Sprintf("server 10 (rank 1, 127.0.0.1:%d)", j.p1)
+	for _, w := range j.workers {
+		w.waitFor(t, "operation failed: kv: request")
+		w.waitFor(t, dead+" is dead (no heartbeat for 2s (PS_HEARTBEAT_TIMEOUT)): the values of its key range")
+		w.waitFor(t, "finalize: postoffice: the job lost nodes: "+dead+" died")
+	}
+	for _, p := range append([]*proc{j.sched, j.srv0}, j.workers...) {
+		require.NotZero(t, p.exitCode(t), "%s exited 0:\n%s", p.name, p.output())
+		require.Contains(t, p.output(), dead+" died", p.name)
+	}
+}
+
+// The killed server is restarted and takes the dead server's id
+// (is_recovery): it is told its state is lost, and the workers' requests
+// to its range fail naming the range as lost instead of reading the new
+// process's empty store. A garbage frame sent to the scheduler on the way
+// is rejected and the scheduler keeps serving.
+func TestServerKilledAndRestarted(t *testing.T) {
+	signal := filepath.Join(t.TempDir(), "recovered")
+	j := faultJob(t, "E2E_SIGNAL_FILE="+signal)
 
 	// garbage to the scheduler's port: raw bytes, not ZMTP
-	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", j.port))
 	require.NoError(t, err)
 	_, _ = c.Write(bytes.Repeat([]byte{0xff, 0x00, 0x13}, 100))
 	c.Close()
 
-	require.NoError(t, srv1.cmd.Process.Kill())
-	testutil.Recv(t, srv1.done, 10*time.Second, func() string { return "server1 did not exit after SIGKILL" })
-	repl := start(t, "server1-restarted", env("DMLC_ROLE=server"), elasticpsBin, "server")
-	repl.waitFor(t, "id=10")
-	repl.waitFor(t, "recovery")
-	sched.waitFor(t, "replace dead node")
-	require.NoError(t, os.WriteFile(signal, nil, 0o644))
-	defer func() {
-		if t.Failed() {
-			t.Logf("replacement:\n%s\nscheduler:\n%s", repl.output(), sched.output())
-		}
-	}()
-	worker.waitFor(t, "recovery OK")
-	for _, p := range []*proc{worker, repl, srv0, sched} {
-		p.wait(t)
+	kill9(t, j.srv1)
+	for _, w := range j.workers {
+		w.waitFor(t, "operation failed: kv: request")
 	}
+	repl := start(t, "server1-restarted", j.env("DMLC_ROLE=server"), elasticpsBin, "server")
+	repl.waitFor(t, "id=10")
+	repl.waitFor(t, "this server took over the id of a dead server whose state is lost")
+	j.sched.waitFor(t, "replace dead node")
+	require.NoError(t, os.WriteFile(signal, nil, 0o644))
+	lost := fmt.Sprintf("server 10 (rank 1, 127.0.0.1:%d) is dead", j.p1)
+	for _, w := range j.workers {
+		w.waitFor(t, "pull after the restart: [] kv: request")
+		w.waitFor(t, lost)
+		w.waitFor(t, "the restarted process that took its id holds none of them")
+	}
+	for _, p := range append([]*proc{j.sched, j.srv0, repl}, j.workers...) {
+		require.NotZero(t, p.exitCode(t), "%s exited 0:\n%s", p.name, p.output())
+	}
+	require.Contains(t, repl.output(), fmt.Sprintf("server 10 (rank 1, 127.0.0.1:%d) died", j.p1), "the restarted server reports the lost range")
 }
 
 // Scale-out and scale-in through the CLI, in an elastic job of processes:

@@ -126,6 +126,7 @@ func NewWorkerWith(po *postoffice.Postoffice, appID, customerID int, opts Worker
 	if err != nil {
 		return nil, err
 	}
+	po.OnNodeGone(w.nodeGone)
 	return w, nil
 }
 
@@ -144,8 +145,9 @@ func (w *Worker) Dropped() int64 { return w.dropped.Load() }
 func (w *Worker) Close() { w.c.Close() }
 
 // Wait blocks until operation ts has completed and its callback has run, and
-// returns its error: a server's ServerError, a malformed or mismatched
-// reply, a destination of the wrong size, or postoffice.ErrStopped.
+// returns its error: a server's ServerError, a DeadServerError when a
+// server it waited on died, a malformed or mismatched reply, a destination
+// of the wrong size, or postoffice.ErrStopped.
 func (w *Worker) Wait(ts int32) error { return w.c.Wait(ts) }
 
 // Push sends vals for keys to the servers (ps::KVWorker::ZPush). keys must
@@ -555,6 +557,11 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 		// never lens.
 		m.AddData(o.dt, nil)
 	}
+	if err := w.deadServer(s.node); err != nil {
+		err = fmt.Errorf("kv: request %d not sent: %w", ts, err)
+		w.c.enqueue(localResponse(m, s.node), err)
+		return err
+	}
 	if _, err := w.po.Send(m); err != nil {
 		err = fmt.Errorf("kv: request %d to server %d not sent: %w", ts, s.node, err)
 		w.c.enqueue(localResponse(m, s.node), err)
@@ -681,6 +688,10 @@ func checkRequest(push bool, keys []uint64, vals []byte, lens []int32, es int) e
 
 // process handles one message in the customer goroutine.
 func (w *Worker) process(m *message.Message, localErr error) bool {
+	if sw, ok := localErr.(*sweep); ok {
+		w.sweep(sw)
+		return false
+	}
 	if m.Meta.SimpleApp {
 		w.po.Detach(m) // SimpleApp handlers may keep the message
 		return w.simple.process(m, localErr)
@@ -899,5 +910,140 @@ func swapElements(b []byte, size int) {
 	}
 	for i := 0; i+size <= len(b); i += size {
 		slices.Reverse(b[i : i+size])
+	}
+}
+
+// DeadServerError fails an operation that waited on, or was sent to, a
+// server the scheduler declared dead. Without replicas the values of the
+// server's key range died with it, also when a restarted process took its
+// id (is_recovery): that process holds none of them, so the worker fails
+// requests to it rather than let it answer with empty values.
+type DeadServerError struct {
+	Node     int32  // server node id
+	Rank     int    // server rank
+	Addr     string // host:port the server had
+	Reason   string // how the scheduler found out (heartbeat timeout, gossip, ...)
+	Replaced bool   // a restarted process took the id
+	// Range is the server's key range (ps-lite's GetServerKeyRanges);
+	// HasRange is false for a standby, which has none of its own.
+	Range    routing.Range
+	HasRange bool
+}
+
+func (e *DeadServerError) Error() string {
+	s := fmt.Sprintf("kv: server %d (rank %d, %s) is dead (%s)", e.Node, e.Rank, e.Addr, e.Reason)
+	if e.HasRange {
+		s += fmt.Sprintf(": the values of its key range [%d, %d) are lost", e.Range.Begin, e.Range.End)
+	} else {
+		s += ": the values it held are lost"
+	}
+	if e.Replaced {
+		s += "; the restarted process that took its id holds none of them"
+	}
+	return s + " (without replicas a server's state dies with it): the job cannot finish correctly; restart it"
+}
+
+// deadServer returns the error for a request to server id if the job lost
+// it (nil otherwise; one atomic load while no node was lost).
+func (w *Worker) deadServer(id int32) error {
+	g, ok := w.po.Gone(id)
+	if !ok || !g.Dead || g.Node.Role != message.RoleServer {
+		return nil
+	}
+	e := &DeadServerError{Node: id, Rank: message.IDToRank(int(id)), Addr: fmt.Sprintf("%s:%d", g.Node.Hostname, g.Node.Port),
+		Reason: g.Reason, Replaced: g.Replaced}
+	if e.Rank < len(w.ranges) {
+		e.Range, e.HasRange = w.ranges[e.Rank], true
+	}
+	return e
+}
+
+// sweep is queued to the customer, as the local error of an empty message,
+// to fail on the customer goroutine (which owns the operations) what waits
+// on a dead server (node), or, with node 0, every operation issued before
+// `before` that still waits (the scheduler is lost: nobody would say that
+// a server died).
+type sweep struct {
+	node   int32
+	before time.Time
+}
+
+func (*sweep) Error() string { return "kv: a sweep of waiting operations" }
+
+func (w *Worker) enqueueSweep(sw *sweep) {
+	m := &message.Message{Meta: message.NewMeta()}
+	w.c.enqueue(m, sw)
+}
+
+// nodeGone is the worker's postoffice.OnNodeGone subscriber.
+func (w *Worker) nodeGone(ev postoffice.NodeEvent) {
+	switch {
+	case !ev.Dead:
+	case ev.Role == message.RoleServer:
+		w.enqueueSweep(&sweep{node: ev.ID})
+	case ev.ID == message.SchedulerID:
+		go w.watchStale()
+	}
+}
+
+// watchStale fails, while the node runs, every operation that has waited
+// longer than PS_HEARTBEAT_TIMEOUT: with the scheduler lost, a server's
+// death would never be told, and its operations would wait forever.
+func (w *Worker) watchStale() {
+	timeout := w.po.Config().HeartbeatTimeout
+	if timeout <= 0 {
+		return
+	}
+	t := time.NewTicker(max(timeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case now := <-t.C:
+			w.enqueueSweep(&sweep{before: now.Add(-timeout)})
+		case <-w.c.quit:
+			return
+		case <-w.po.Done():
+			return
+		}
+	}
+}
+
+// sweep fails, with a stand-in response from each server concerned, the
+// operations sw names.
+func (w *Worker) sweep(sw *sweep) {
+	type hit struct {
+		ts, node int32
+		waited   time.Duration
+	}
+	var hits []hit
+	now := time.Now()
+	w.c.tmu.Lock()
+	for ts, r := range w.c.pending {
+		o, ok := r.state.(*op)
+		if !ok || sw.node == 0 && !o.start.Before(sw.before) {
+			continue
+		}
+		for _, n := range o.waiting {
+			if sw.node == 0 || n == sw.node {
+				hits = append(hits, hit{ts, n, now.Sub(o.start)})
+			}
+		}
+	}
+	w.c.tmu.Unlock()
+	slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(a.ts, b.ts) })
+	for _, h := range hits {
+		err := w.deadServer(h.node)
+		if sw.node == 0 {
+			sched, _ := w.po.Gone(message.SchedulerID)
+			err = fmt.Errorf("kv: request %d waited %s for server %d (rank %d) while the scheduler is unreachable (%s), so nobody can tell whether that server is alive: the request fails; restart the job",
+				h.ts, h.waited.Round(time.Millisecond), h.node, message.IDToRank(int(h.node)), sched.Reason)
+		} else {
+			err = fmt.Errorf("kv: request %d: %w", h.ts, err)
+		}
+		m := &message.Message{Meta: message.NewMeta()}
+		m.Meta.AppID, m.Meta.CustomerID, m.Meta.Timestamp, m.Meta.Sender = w.c.appID, w.c.customerID, h.ts, h.node
+		if w.process(m, err) {
+			w.c.AddResponse(h.ts, 1)
+		}
 	}
 }

@@ -22,6 +22,10 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 	}
 	ch := make(chan struct{})
 	p.mu.Lock()
+	if err := p.barrierErr; err != nil {
+		p.mu.Unlock()
+		return fmt.Errorf("postoffice: barrier on group %d: %w", group, err)
+	}
 	if old, ok := p.barrierWait[int32(customerID)]; ok {
 		p.mu.Unlock()
 		_ = old
@@ -49,6 +53,12 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 	}
 	if p.isStopped() {
 		return ErrStopped
+	}
+	p.mu.Lock()
+	err := p.barrierErr
+	p.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("postoffice: barrier on group %d: %w", group, err)
 	}
 	return nil
 }

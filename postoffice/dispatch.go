@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/scheduler"
 	"github.com/elasticps/elasticps/van"
 )
 
@@ -141,6 +142,8 @@ func (p *Postoffice) handleAsNode(m *message.Message) {
 		p.reject(fmt.Errorf("BARRIER request from node %d reached a %s; only the scheduler counts barriers", m.Meta.Sender, p.cfg.Role))
 	case message.CmdHeartbeat:
 		p.heardScheduler()
+	case scheduler.CmdNodeDead, scheduler.CmdNodeLeft:
+		p.nodeGoneNotice(m)
 	default:
 		p.reject(fmt.Errorf("unknown control command %d from node %d", m.Meta.Control.Cmd, m.Meta.Sender))
 	}

@@ -2,6 +2,7 @@ package postoffice
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/elasticps/elasticps/message"
@@ -41,6 +42,29 @@ func (p *Postoffice) heardScheduler() {
 	p.hbMu.Unlock()
 }
 
+// checkScheduler declares the scheduler dead, once, when it has not
+// answered heartbeats for PS_HEARTBEAT_TIMEOUT: nobody would tell this node
+// of a dead server any more, nor release its barriers, so they fail now and
+// the node's operations are bounded by their own wait (see kv.Worker).
+func (p *Postoffice) checkScheduler(now time.Time) {
+	timeout := p.cfg.HeartbeatTimeout
+	if timeout <= 0 || !now.After(p.startTime.Add(timeout)) {
+		return
+	}
+	p.hbMu.Lock()
+	last := p.schedBeat
+	p.hbMu.Unlock()
+	if !last.IsZero() && !now.After(last.Add(timeout)) {
+		return
+	}
+	if g, ok := p.Gone(message.SchedulerID); ok && g.Dead {
+		return
+	}
+	reason := fmt.Sprintf("no answer to heartbeats for %s (PS_HEARTBEAT_TIMEOUT)", timeout)
+	p.failBarriers(fmt.Errorf("%w: the scheduler (%s:%d) is unreachable: %s", ErrNodesLost, p.cfg.SchedulerHost, p.cfg.SchedulerPort, reason))
+	p.nodeGone(GoneNode{Node: p.schedulerNode(), Dead: true, Reason: reason})
+}
+
 // startHeartbeat starts, on a server or worker, the heartbeats to the
 // scheduler (PS_HEARTBEAT_INTERVAL); once per node.
 func (p *Postoffice) startHeartbeat() {
@@ -62,7 +86,8 @@ func (p *Postoffice) startHeartbeat() {
 			select {
 			case <-p.stopped:
 				return
-			case <-t.C:
+			case now := <-t.C:
+				p.checkScheduler(now)
 				m := &message.Message{Meta: message.NewMeta()}
 				m.Meta.Recver = message.SchedulerID
 				m.Meta.Control.Cmd = message.CmdHeartbeat

@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -89,7 +90,9 @@ func (p *Postoffice) startOnce() error {
 }
 
 // Finalize is ps::Finalize: an optional barrier on all nodes, then, for
-// customer 0, the node stops.
+// customer 0, the node stops. The barrier does not wait for dead nodes;
+// when the job lost any (see Failure), Finalize returns that error, so
+// that the process can exit non-zero.
 //
 // A standby server (scale-out) is in no barrier group: its final barrier
 // would return at once and the node would leave while it may hold keys, so
@@ -110,6 +113,9 @@ func (p *Postoffice) Finalize(customerID int, barrier bool) error {
 	}
 	if p.Left() {
 		return nil
+	}
+	if f := p.Failure(); f != nil && !errors.Is(err, ErrNodesLost) {
+		return errors.Join(f, err)
 	}
 	return err
 }

@@ -56,6 +56,7 @@ type Postoffice struct {
 	exitFns   []func()
 	// barrier waiters: customer id -> channel closed on release
 	barrierWait map[int32]chan struct{}
+	barrierErr  error // set: every barrier fails with it (the scheduler will not release it)
 
 	hbMu      sync.Mutex
 	schedBeat time.Time // server, worker: when the scheduler was last heard (zero: never)
@@ -75,6 +76,8 @@ type Postoffice struct {
 
 	memberMu sync.Mutex
 	member   *membership.Member
+
+	gone goneTable // nodes the job lost (gone.go)
 }
 
 // Stats are monotonically increasing counters.

@@ -50,8 +50,12 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		}
 	}
 	me := p.myNode
+	var recovered []message.Node
 	var toConnect []message.Node
 	for _, n := range m.Meta.Control.Nodes {
+		if n.IsRecovery && n.ID != me.ID {
+			recovered = append(recovered, n)
+		}
 		a := addrOf(n)
 		if _, ok := p.connected[a]; !ok {
 			p.connected[a] = n.ID
@@ -59,6 +63,9 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		}
 	}
 	p.mu.Unlock()
+	for _, n := range recovered {
+		p.nodeRecovered(n)
+	}
 	if me.ID == message.Empty {
 		p.reject(fmt.Errorf("ADD_NODE node list does not contain this node (%s:%d)", me.Hostname, me.Port))
 		return

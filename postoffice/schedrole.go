@@ -194,7 +194,13 @@ func (d *schedulerDriver) apply(a scheduler.Actions) {
 	for _, err := range a.Errors {
 		p.reject(err)
 	}
+	for _, g := range a.Gone {
+		p.nodeGone(GoneNode{Node: g.Node, Dead: g.Dead, Reason: g.Reason})
+	}
 	for _, n := range a.Connect {
+		if n.IsRecovery {
+			p.nodeRecovered(n)
+		}
 		if err := p.tr.Connect(n, message.SchedulerID); err != nil {
 			p.log.Error("scheduler cannot connect to node", "node", n.String(), "err", err)
 			continue
@@ -218,7 +224,8 @@ func (d *schedulerDriver) apply(a scheduler.Actions) {
 func (p *Postoffice) startScheduler(me message.Node) error {
 	p.driver.start(scheduler.Config{
 		NumServers: p.cfg.NumServers, NumWorkers: p.cfg.NumWorkers,
-		Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, Gossip: p.cfg.GossipPort > 0,
+		Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, HeartbeatInterval: p.cfg.HeartbeatInterval,
+		Gossip: p.cfg.GossipPort > 0,
 	}, p.startTime)
 	if err := p.startGossip(me); err != nil {
 		return err

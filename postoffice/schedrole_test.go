@@ -151,6 +151,7 @@ func TestSchedulerDriver(t *testing.T) {
 	assert.Equal(t, []int32{worker}, p.Members(message.WorkerGroup))
 	assert.Empty(t, p.DeadNodes(time.Hour))
 	require.NoError(t, p.Leave(server))
+	assert.Equal(t, []string{"send CMD(65) to " + fmt.Sprint(worker)}, tr.take(), "the worker is told the server left (scheduler.CmdNodeLeft)")
 	assert.True(t, p.HasLeft(server))
 	assert.Empty(t, p.Members(message.ServerGroup), "a server that left is no member")
 

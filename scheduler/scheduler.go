@@ -8,6 +8,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -23,6 +24,11 @@ type Config struct {
 	Self message.Node
 	// HeartbeatTimeout: a node silent for this long is dead; 0 = never.
 	HeartbeatTimeout time.Duration
+	// HeartbeatInterval is how often the nodes send heartbeats (the job's
+	// PS_HEARTBEAT_INTERVAL). Tick declares silent nodes dead (and tells
+	// everyone) only when it and HeartbeatTimeout are both set: without
+	// heartbeats every node would look silent.
+	HeartbeatInterval time.Duration
 	// Gossip: failures are also reported by membership gossip (MarkFailed),
 	// so restarted nodes may wait for a dead node to replace without
 	// heartbeats.
@@ -42,7 +48,30 @@ type Actions struct {
 	Events []string
 	// Errors are rejected inputs (logged and counted by the caller).
 	Errors []error
+	// Gone lists the nodes declared dead or that left the job in this
+	// step. Send already holds the notices to every live node; the caller
+	// tells its own subscribers.
+	Gone []Gone
 }
+
+// Gone is a node the scheduler declared dead, or that left the job.
+type Gone struct {
+	Node message.Node // as the job knew it (its last address)
+	Dead bool         // false: it left the job (scale-in)
+	// Reason says how the death was found (heartbeat timeout, gossip,
+	// replaced by a restarted process).
+	Reason string
+}
+
+// CmdNodeDead and CmdNodeLeft are elasticps control commands (ps-lite uses
+// 0-5, its BytePS fork 6-9): the scheduler tells every live node that a
+// node died or left the job. Control.Nodes holds that node, Meta.Body the
+// reason. Only elasticps nodes get them (a job that uses them has no C++
+// ps-lite node: every node runs this code, also behind the C++ bridge).
+const (
+	CmdNodeDead message.Command = 64
+	CmdNodeLeft message.Command = 65
+)
 
 // State is the scheduler's state.
 type State struct {
@@ -61,6 +90,8 @@ type State struct {
 	failed     map[int32]bool // reported failed by gossip before the heartbeat timeout
 	standbys   []message.Node // servers that joined the running job (scale-out)
 	early      []message.Node // standbys that registered before the job was complete
+	dead       map[int32]Gone // declared dead and not replaced since
+	lost       []Gone         // servers declared dead: their state is lost (no replicas)
 }
 
 // New returns the state at time now.
@@ -75,6 +106,7 @@ func New(cfg Config, now time.Time) *State {
 		groups:     Groups(cfg.NumServers, cfg.NumWorkers),
 		left:       map[int32]bool{},
 		failed:     map[int32]bool{},
+		dead:       map[int32]Gone{},
 	}
 	return s
 }
@@ -323,6 +355,10 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 		return
 	}
 	old := s.nodes[idx]
+	// Everyone learns of the death before the replacement: an operation
+	// waiting on the old process fails, never answered by the new one.
+	s.declare(old.ID, fmt.Sprintf("replaced by a restarted process at %s", addrKey(node)), a)
+	delete(s.dead, old.ID)
 	node.ID = old.ID
 	node.IsRecovery = true
 	delete(s.failed, node.ID)
@@ -347,7 +383,101 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 			a.Send = append(a.Send, s.nodeList(id, []message.Node{node}))
 		}
 	}
+	// The new process learns which servers' state is lost, its own
+	// predecessor's included: it holds none of it.
+	for _, g := range s.lost {
+		a.Send = append(a.Send, goneNotice(node.ID, g))
+	}
 }
+
+// declare records that node id is dead (reason: how it was found), tells
+// every live node and releases the barriers that waited only for it. A
+// server's state is lost with it (there are no replicas). Declaring a node
+// twice, or one that left, does nothing.
+func (s *State) declare(id int32, reason string, a *Actions) {
+	if !s.ready || s.left[id] || s.isDead(id) || s.IsAlias(id) {
+		return
+	}
+	n, ok := s.node(id)
+	if !ok {
+		return
+	}
+	g := Gone{Node: n, Dead: true, Reason: reason}
+	s.dead[id] = g
+	if n.Role == message.RoleServer {
+		s.lost = append(s.lost, g)
+	}
+	a.Gone = append(a.Gone, g)
+	a.Events = append(a.Events, fmt.Sprintf("node %s is dead: %s", n, reason))
+	s.tellLive(g, a)
+	s.releaseWaiting(a)
+}
+
+// tellLive queues the notice of g for every live server and worker but g's
+// node.
+func (s *State) tellLive(g Gone, a *Actions) {
+	for _, id := range s.liveIDs() {
+		if id != g.Node.ID {
+			a.Send = append(a.Send, goneNotice(id, g))
+		}
+	}
+}
+
+// liveIDs lists the servers and workers (standbys included) that have not
+// left, are not declared dead and are no aliases, in id order.
+func (s *State) liveIDs() []int32 {
+	var ids []int32
+	for _, id := range s.groups[message.ServerGroup|message.WorkerGroup] {
+		if !s.IsAlias(id) && !s.left[id] && !s.isDead(id) {
+			ids = append(ids, id)
+		}
+	}
+	for _, n := range s.standbys {
+		if !s.left[n.ID] && !s.isDead(n.ID) {
+			ids = append(ids, n.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func goneNotice(recver int32, g Gone) *message.Message {
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = recver
+	m.Meta.Control.Cmd = CmdNodeLeft
+	if g.Dead {
+		m.Meta.Control.Cmd = CmdNodeDead
+	}
+	m.Meta.Control.Nodes = []message.Node{g.Node}
+	m.Meta.Body = []byte(g.Reason)
+	return m
+}
+
+// node returns the job's record of server or worker id.
+func (s *State) node(id int32) (message.Node, bool) {
+	if s.ready {
+		for _, n := range s.nodes[:len(s.nodes)-1] {
+			if n.ID == id {
+				return n, true
+			}
+		}
+	}
+	for _, n := range s.standbys {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return message.Node{}, false
+}
+
+// Dead reports whether id is declared dead (and not replaced since).
+func (s *State) Dead(id int32) bool { return s.isDead(id) }
+
+func (s *State) isDead(id int32) bool { _, ok := s.dead[id]; return ok }
+
+// Lost lists the servers declared dead, in the order they died: their
+// key ranges' values are lost.
+func (s *State) Lost() []Gone { return slices.Clone(s.lost) }
 
 // Barrier handles a BARRIER request from sender for group. When every member
 // has arrived, a response goes to each (non-alias) member.
@@ -399,13 +529,13 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 	round := s.barrier[group]
 	need, have := 0, 0
 	for _, id := range members {
-		if s.left[id] {
+		if s.left[id] || s.isDead(id) {
 			continue
 		}
 		need++
 	}
 	for arr := range round {
-		if !s.left[arr.node] {
+		if !s.left[arr.node] && !s.isDead(arr.node) {
 			have++
 		}
 	}
@@ -415,7 +545,7 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 	}
 	delete(s.barrier, group)
 	for _, id := range members {
-		if s.IsAlias(id) || s.left[id] {
+		if s.IsAlias(id) || s.left[id] || s.isDead(id) {
 			continue
 		}
 		a.Send = append(a.Send, s.barrierRelease(id, appID, customerID, int32(group)))
@@ -425,14 +555,21 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 
 type arrival struct{ node, customer int32 }
 
-// Heartbeat records a heartbeat from node id and answers it.
+// Heartbeat records a heartbeat from node id and answers it. A node
+// declared dead whose heartbeats come back (it was only late) is told it
+// is out of the job: the others no longer wait for it, and it must not
+// wait for them.
 func (s *State) Heartbeat(now time.Time, id int32) Actions {
 	s.heartbeats[id] = now
 	m := &message.Message{Meta: message.NewMeta()}
 	m.Meta.Recver = id
 	m.Meta.Control.Cmd = message.CmdHeartbeat
 	m.Meta.Control.Nodes = []message.Node{s.cfg.Self}
-	return Actions{Send: []*message.Message{m}}
+	a := Actions{Send: []*message.Message{m}}
+	if g, ok := s.dead[id]; ok {
+		a.Send = append(a.Send, goneNotice(id, g))
+	}
+	return a
 }
 
 // DeadNodes lists the servers and workers silent for longer than timeout
@@ -465,14 +602,27 @@ func (s *State) MarkFailed(id int32) Actions {
 	}
 	s.failed[id] = true
 	a.Events = append(a.Events, fmt.Sprintf("node %d failed (gossip)", id))
+	s.declare(id, "membership gossip: its probes failed", &a)
 	return a
 }
 
-// Tick lets registrations that wait for a dead node retry; the caller calls
-// it periodically (e.g. every second) with the current time.
+// Tick declares the nodes silent for longer than the heartbeat timeout
+// dead (with heartbeats on, see Config.HeartbeatInterval) and lets
+// registrations that wait for a dead node retry; the caller calls it
+// periodically (e.g. every second) with the current time.
 func (s *State) Tick(now time.Time) Actions {
 	var a Actions
-	if !s.ready || len(s.waiting) == 0 {
+	if !s.ready {
+		return a
+	}
+	if t := s.cfg.HeartbeatTimeout; t > 0 && s.cfg.HeartbeatInterval > 0 && now.After(s.start.Add(t)) {
+		for _, id := range s.liveIDs() {
+			if last, ok := s.heartbeats[id]; !ok || now.After(last.Add(t)) {
+				s.declare(id, fmt.Sprintf("no heartbeat for %s (PS_HEARTBEAT_TIMEOUT)", t), &a)
+			}
+		}
+	}
+	if len(s.waiting) == 0 {
 		return a
 	}
 	waiting := s.waiting
@@ -494,16 +644,30 @@ func (s *State) Leave(id int32) Actions {
 	if s.left[id] {
 		return a
 	}
+	n, known := s.node(id)
+	wasDead := s.isDead(id)
 	s.left[id] = true
 	a.Events = append(a.Events, fmt.Sprintf("node %d left the job", id))
-	for group, round := range s.barrier {
+	if known && !wasDead {
+		g := Gone{Node: n, Reason: "drained: it left the job"}
+		a.Gone = append(a.Gone, g)
+		s.tellLive(g, &a)
+	}
+	s.releaseWaiting(&a)
+	return a
+}
+
+// releaseWaiting releases the barriers that no longer wait for anyone
+// (after a node left or died).
+func (s *State) releaseWaiting(a *Actions) {
+	groups := slices.Sorted(maps.Keys(s.barrier))
+	for _, group := range groups {
 		var appID, customerID int32
-		for arr := range round {
+		for arr := range s.barrier[group] {
 			customerID = arr.customer
 		}
-		a = s.releaseIfComplete(group, appID, customerID, a)
+		*a = s.releaseIfComplete(group, appID, customerID, *a)
 	}
-	return a
 }
 
 // Left reports whether id left the job.

@@ -177,23 +177,42 @@ func TestRecoveryReachesNodesThatLookDead(t *testing.T) {
 		"recovery sends: want the full list to 10 and the new node to 8 and to 9")
 }
 
-// nodesSentTo maps each recipient of a's messages to the number of nodes
-// its node list carries.
+// nodesSentTo maps each recipient of a's node lists (ADD_NODE) to the
+// number of nodes its list carries.
 func nodesSentTo(a Actions) map[int32]int {
 	got := map[int32]int{}
 	for _, m := range a.Send {
-		got[m.Meta.Recver] = len(m.Meta.Control.Nodes)
+		if m.Meta.Control.Cmd == message.CmdAddNode {
+			got[m.Meta.Recver] = len(m.Meta.Control.Nodes)
+		}
 	}
 	return got
 }
 
-// recipients lists the receivers of a's messages in order.
+// recipients lists the receivers of a's messages in order, but for the
+// notices of dead or departed nodes (see notices).
 func recipients(a Actions) []int32 {
 	var ids []int32
 	for _, m := range a.Send {
-		ids = append(ids, m.Meta.Recver)
+		if c := m.Meta.Control.Cmd; c != CmdNodeDead && c != CmdNodeLeft {
+			ids = append(ids, m.Meta.Recver)
+		}
 	}
 	return ids
+}
+
+// notices maps each recipient of a's cmd notices (CmdNodeDead or
+// CmdNodeLeft) to the ids they name, in order.
+func notices(a Actions, cmd message.Command) map[int32][]int32 {
+	got := map[int32][]int32{}
+	for _, m := range a.Send {
+		if m.Meta.Control.Cmd == cmd {
+			for _, n := range m.Meta.Control.Nodes {
+				got[m.Meta.Recver] = append(got[m.Meta.Recver], n.ID)
+			}
+		}
+	}
+	return got
 }
 
 // requireRecovery checks that a connects exactly one node, the replacement
@@ -290,4 +309,124 @@ func TestStandbyJoin(t *testing.T) {
 	w := node(message.RoleWorker, "127.0.0.1", 9998)
 	w.Standby = true
 	assert.Len(t, s.AddNode(t0, message.Empty, w).Errors, 1, "a standby worker was accepted")
+}
+
+// readyHB is ready with heartbeats on: every node heartbeats each second,
+// the timeout is 10 s.
+func readyHB(t *testing.T, ns, nw int) *State {
+	t.Helper()
+	s := New(Config{NumServers: ns, NumWorkers: nw, Self: self(), HeartbeatTimeout: 10 * time.Second, HeartbeatInterval: time.Second}, t0)
+	port := int32(6000)
+	for i := range ns + nw {
+		role := message.RoleServer
+		if i >= ns {
+			role = message.RoleWorker
+		}
+		s.AddNode(t0, message.Empty, node(role, "127.0.0.1", port))
+		port++
+	}
+	require.True(t, s.Ready(), "not ready")
+	return s
+}
+
+// A node silent past the timeout is declared dead once, on a Tick, and
+// every live node is told, with the reason; a dead server's state is lost.
+func TestSilentNodeDeclaredDeadAndEveryoneTold(t *testing.T) {
+	s := readyHB(t, 2, 2) // servers 8, 10; workers 9, 11
+	for _, id := range []int32{8, 9, 11} {
+		s.Heartbeat(t0.Add(8*time.Second), id)
+	}
+	require.Empty(t, s.Tick(t0.Add(9*time.Second)).Gone, "declared dead before the timeout")
+	a := s.Tick(t0.Add(15 * time.Second))
+	require.Len(t, a.Gone, 1, "gone: %+v", a.Gone)
+	assert.Equal(t, int32(10), a.Gone[0].Node.ID)
+	assert.Equal(t, "127.0.0.1:6001", addrKey(a.Gone[0].Node))
+	assert.True(t, a.Gone[0].Dead)
+	assert.Equal(t, "no heartbeat for 10s (PS_HEARTBEAT_TIMEOUT)", a.Gone[0].Reason)
+	assert.Equal(t, map[int32][]int32{8: {10}, 9: {10}, 11: {10}}, notices(a, CmdNodeDead))
+	for _, m := range a.Send {
+		assert.Equal(t, "no heartbeat for 10s (PS_HEARTBEAT_TIMEOUT)", string(m.Meta.Body))
+	}
+	assert.True(t, s.Dead(10))
+	require.Len(t, s.Lost(), 1)
+	assert.Equal(t, int32(10), s.Lost()[0].Node.ID)
+	for _, id := range []int32{8, 9, 11} {
+		s.Heartbeat(t0.Add(16*time.Second), id)
+	}
+	assert.Empty(t, s.Tick(t0.Add(17*time.Second)).Send, "a dead node is declared once")
+}
+
+// Without heartbeats every node is silent: Tick declares nobody dead.
+func TestNoHeartbeatsNoDeaths(t *testing.T) {
+	s := ready(t, 2, 1) // timeout 10 s, no interval
+	assert.Empty(t, s.Tick(t0.Add(time.Hour)).Gone)
+}
+
+// A barrier waits only for the live: the death of the last node missing
+// releases the others, and the next round does without it.
+func TestBarrierSkipsDeadNodes(t *testing.T) {
+	s := readyHB(t, 2, 1) // servers 8, 10; worker 9
+	s.Heartbeat(t0.Add(8*time.Second), 8)
+	s.Heartbeat(t0.Add(8*time.Second), 9)
+	s.Barrier(8, 0, 0, message.AllGroup)
+	s.Barrier(9, 0, 0, message.AllGroup)
+	require.Empty(t, s.Barrier(1, 0, 0, message.AllGroup).Send, "released without server 10")
+	a := s.Tick(t0.Add(15 * time.Second))
+	assert.ElementsMatch(t, []int32{1, 8, 9}, recipients(a), "the death of 10 releases the live members only")
+	s.Barrier(8, 0, 0, message.AllGroup)
+	s.Barrier(9, 0, 0, message.AllGroup)
+	assert.ElementsMatch(t, []int32{1, 8, 9}, recipients(s.Barrier(1, 0, 0, message.AllGroup)), "next round without the dead")
+}
+
+// Gossip declares a server dead at once, before the heartbeat timeout.
+func TestGossipFailureDeclaredAtOnce(t *testing.T) {
+	s := readyHB(t, 2, 1)
+	a := s.MarkFailed(10)
+	require.Len(t, a.Gone, 1)
+	assert.Equal(t, "membership gossip: its probes failed", a.Gone[0].Reason)
+	assert.Equal(t, map[int32][]int32{8: {10}, 9: {10}}, notices(a, CmdNodeDead))
+	assert.Empty(t, s.MarkFailed(10).Send, "declared twice")
+}
+
+// A restarted server that takes a dead server's id is told the state of
+// every dead server is lost, its predecessor's included; a replacement
+// found before any Tick declared the death first tells the others.
+func TestRecoveryToldOfLostState(t *testing.T) {
+	s := readyHB(t, 2, 1) // servers 8, 10; worker 9
+	s.Heartbeat(t0.Add(8*time.Second), 8)
+	s.Heartbeat(t0.Add(8*time.Second), 9)
+	now := t0.Add(15 * time.Second)
+	a := s.AddNode(now, message.Empty, node(message.RoleServer, "127.0.0.1", 7001))
+	requireRecovery(t, a, 10)
+	require.Len(t, a.Gone, 1, "the death is declared before the replacement")
+	assert.Equal(t, "replaced by a restarted process at 127.0.0.1:7001", a.Gone[0].Reason)
+	assert.Equal(t, map[int32][]int32{8: {10}, 9: {10}, 10: {10}}, notices(a, CmdNodeDead),
+		"the others learn of the death, the replacement of the lost state")
+	assert.False(t, s.Dead(10), "the replacement is alive")
+	assert.Len(t, s.Lost(), 1, "its state stays lost")
+	// the replacement counts in barriers again
+	s.Barrier(8, 0, 0, message.AllGroup)
+	s.Barrier(9, 0, 0, message.AllGroup)
+	require.Empty(t, s.Barrier(1, 0, 0, message.AllGroup).Send, "released without the replacement")
+	assert.Len(t, s.Barrier(10, 0, 0, message.AllGroup).Send, 4)
+}
+
+// A server that leaves (drained) is announced as gone, not dead.
+func TestLeaveIsAnnounced(t *testing.T) {
+	s := readyHB(t, 2, 1)
+	a := s.Leave(10)
+	require.Len(t, a.Gone, 1)
+	assert.False(t, a.Gone[0].Dead)
+	assert.Equal(t, map[int32][]int32{8: {10}, 9: {10}}, notices(a, CmdNodeLeft))
+	assert.Empty(t, s.Lost())
+}
+
+// A node declared dead whose heartbeats come back is told it is out.
+func TestLateNodeToldItIsDead(t *testing.T) {
+	s := readyHB(t, 1, 1) // server 8, worker 9
+	s.Heartbeat(t0.Add(8*time.Second), 8)
+	require.Len(t, s.Tick(t0.Add(15*time.Second)).Gone, 1, "worker 9 declared dead")
+	a := s.Heartbeat(t0.Add(16*time.Second), 9)
+	assert.Equal(t, map[int32][]int32{9: {9}}, notices(a, CmdNodeDead))
+	assert.Equal(t, []int32{9}, recipients(a), "the heartbeat is answered too")
 }
