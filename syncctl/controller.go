@@ -496,7 +496,7 @@ func (c *Controller) Leave(node int32) (released []uint64) {
 		p.done = true
 		delete(c.parked, p.seq)
 	}
-	for _, ks := range c.keys {
+	for _, ks := range c.sortedKeys(0, math.MaxUint64) {
 		n := len(ks.entries)
 		ks.entries = slices.DeleteFunc(ks.entries, func(e entry) bool { return e.w.Node == node })
 		if len(ks.entries) == n {
@@ -511,6 +511,19 @@ func (c *Controller) Leave(node int32) (released []uint64) {
 		c.out = append(c.out, p.id)
 	}
 	return c.take()
+}
+
+// sortedKeys returns the states of the keys in [begin, end), ascending
+// (Leave and Export go in key order, so their results are deterministic).
+func (c *Controller) sortedKeys(begin, end uint64) []*keyState {
+	var ks []*keyState
+	for k, s := range c.keys {
+		if k >= begin && k < end {
+			ks = append(ks, s)
+		}
+	}
+	slices.SortFunc(ks, func(a, b *keyState) int { return cmpUint(a.key, b.key) })
+	return ks
 }
 
 // parkedWhere returns the parked requests f selects, in park order.
@@ -556,13 +569,7 @@ func (c *Controller) Close() (released []uint64) {
 // keys, in park order: they are no longer this controller's, the caller
 // hands them on to the keys' new owner.
 func (c *Controller) Export(begin, end uint64) (state []byte, parked []uint64) {
-	var ks []*keyState
-	for k, s := range c.keys {
-		if k >= begin && k < end {
-			ks = append(ks, s)
-		}
-	}
-	slices.SortFunc(ks, func(a, b *keyState) int { return cmpUint(a.key, b.key) })
+	ks := c.sortedKeys(begin, end)
 	moved := c.parkedWhere(func(p *parkedReq) bool {
 		return slices.ContainsFunc(p.r.Keys, func(k uint64) bool { return k >= begin && k < end })
 	})
