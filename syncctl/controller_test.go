@@ -387,3 +387,21 @@ func TestValidate(t *testing.T) {
 		assert.NoError(t, cfg.Validate(), "%+v", cfg)
 	}
 }
+
+func TestASecondCustomerOfANodeStartsAtTMin(t *testing.T) {
+	c := newController(t, Config{Mode: SSP}, 1)
+	w0, w1 := Worker{Node: 1}, Worker{Node: 1, Customer: 1}
+	for id := uint64(1); id <= 2; id++ {
+		run, _ := c.Admit(Request{ID: id, Worker: w0, Push: true, Keys: []uint64{1}})
+		require.True(t, run)
+	}
+	run, _ := c.Admit(Request{ID: 3, Worker: w1, Pull: true, Keys: []uint64{1}})
+	assert.True(t, run, "customer 1 is at t_min 2: gap 0")
+	run, _ = c.Admit(Request{ID: 4, Worker: w0, Push: true, Keys: []uint64{1}})
+	assert.True(t, run)
+	run, _ = c.Admit(Request{ID: 5, Worker: w0, Pull: true, Keys: []uint64{1}})
+	assert.False(t, run, "customer 1 holds t_min at 2")
+	run, rel := c.Admit(Request{ID: 6, Worker: w1, Push: true, Keys: []uint64{1}})
+	assert.True(t, run)
+	assert.Equal(t, []uint64{5}, rel)
+}

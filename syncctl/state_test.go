@@ -143,3 +143,16 @@ func TestImportRejectsABadStateAndChangesNothing(t *testing.T) {
 	// The imported clocks decide: key 1 at t_min 1, key 2 waits for 2's push.
 	m.play(pull(2, true).on(1), pull(1, false).on(2), push(2, true, 5).on(2))
 }
+
+func TestImportDropsTheClocksOfANodeThatLeftHere(t *testing.T) {
+	src := newSim(t, Config{Mode: SSP}, 1, 2)
+	src.play(push(1, true), push(1, true))
+	state, _ := src.c.Export(0, 10)
+
+	dst := newController(t, Config{Mode: SSP}, 1, 2)
+	assert.Empty(t, dst.Leave(2))
+	_, err := dst.Import(state)
+	require.NoError(t, err)
+	m := &sim{t: t, c: dst, n: 2}
+	m.play(pull(1, true)) // node 2 (at 0) is gone: t_min 2
+}
