@@ -65,24 +65,15 @@ func (r *stateReader) fail(format string, args ...any) {
 	}
 }
 
-func (r *stateReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("truncated or bad number in %s: the state is not a complete Export", r.at)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+func (r *stateReader) uvarint() uint64 { return readNumber(r, binary.Uvarint) }
 
-func (r *stateReader) varint() int64 {
+func (r *stateReader) varint() int64 { return readNumber(r, binary.Varint) }
+
+func readNumber[T uint64 | int64](r *stateReader, read func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b)
+	v, n := read(r.b)
 	if n <= 0 {
 		r.fail("truncated or bad number in %s: the state is not a complete Export", r.at)
 		return 0
