@@ -1,17 +1,39 @@
 // Package syncctl is a server's synchronization controller: for each key
 // the server holds, it decides when a worker's push is applied and when its
-// pull is answered, in one of four modes — ASP (never wait, ps-lite's
-// behaviour), BSP, SSP with a staleness bound, and FluentPS (lazy pull
-// execution with probabilistic pause).
+// pull is answered, in one of four modes.
 //
 // It is IO-free, like package scheduler: requests and membership changes
-// go in, decisions come out. It has no clock, no sockets and no goroutines;
-// its only randomness is Config.Rand. The caller (kv's sync gate) parks and
-// re-admits the requests it is told to.
+// go in (Admit, Join, Leave), decisions come out (run now, or parked, and
+// the IDs of parked requests that may run now). It has no clock, no sockets
+// and no goroutines; its only randomness is Config.Rand. The caller (kv's
+// sync gate) parks and runs the requests it is told to; every parked
+// request is handed back exactly once: released, on Leave of its worker, by
+// Export of its keys, or at Close.
 //
-// A worker's iteration for a key is the number of pushes of that key it
-// has made (or the iteration it states, Request.Iteration), so an unchanged
-// application gets synchronization from the server alone.
+// A worker's clock for a key is the number of pushes of that key it made,
+// or the iteration it states (Request.Iteration), so an unchanged
+// application gets synchronization from the server alone. t_min is the
+// least clock of the key over the worker set (the joined nodes; a node
+// none of whose customers touched the key yet counts at the t_min it joined
+// at, so a late joiner never drags t_min back). A pull is for the
+// iteration of its worker's clock; its gap is that minus t_min.
+//
+//   - ASP: everything runs at once (ps-lite's behaviour).
+//   - BSP: a pull runs when its gap is <= 0, that is once every worker
+//     pushed its round. A push of round i waits while another worker that
+//     pushed round i-1 has not pulled it yet, so that pull sees exactly
+//     round i-1; a released push runs before the pulls that depend on it.
+//   - SSP(s): a pull runs when its gap is <= s. Pushes never wait.
+//   - Fluent(s, p), FluentPS: pushes never wait; a pull runs unless its gap
+//     is >= s and its worker is the fastest on the key, and then it is held
+//     with probability p (constant, or 1/(1+e^(s-gap)) with Sigmoid). A
+//     held pull is answered at the key's next t_min advance, whatever its
+//     gap is then, together with every other pull held on that key; it is
+//     never looked at otherwise. Staleness must be >= 1.
+//
+// A request with several keys runs when every key allows it. Under Fluent
+// the keys are decided in order and the first key that holds the pull is
+// the one whose advance releases it.
 package syncctl
 
 import "fmt"
@@ -66,7 +88,7 @@ type Worker struct{ Node, Customer int32 }
 // Request is one push or pull a server received, as far as
 // synchronization is concerned.
 type Request struct {
-	ID         uint64   // the caller's handle, given back when a parked request may run
+	ID         uint64 // the caller's handle, given back when a parked request may run
 	Worker     Worker
 	Push, Pull bool     // a push-pull is gated as a push
 	Keys       []uint64 // ascending
