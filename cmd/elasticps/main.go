@@ -2,7 +2,7 @@
 // benchmarks.
 //
 //	elasticps scheduler                      run the scheduler from DMLC_* env
-//	elasticps server                         run a server (element-wise sum store)
+//	elasticps server [--optimizer ...]       run a server (training store; sum by default)
 //	elasticps local -s S -w W -- CMD ARGS    run a local job of CMD
 //	elasticps demo                           train a small model on a local job
 package main
@@ -24,7 +24,8 @@ const usage = `usage: elasticps COMMAND [ARGS]
 
 commands:
   scheduler    run the scheduler role; configured by DMLC_* / PS_* variables
-  server       run a server with the default element-wise sum store
+  server       run a server with the training store: element-wise sum by default,
+               --optimizer sgd|momentum|adam --lr --aggregate sum|mean (server --help)
   local        start a local job: elasticps local -s S -w W [opts] -- CMD ARGS
   demo         train logistic regression on a local job and print a summary
   ctl          status, move, drain on an elastic scheduler (PS_ELASTIC=1)
@@ -53,7 +54,7 @@ func run(args []string) int {
 	case "scheduler":
 		err = runRole(ctx, "scheduler")
 	case "server":
-		err = runRole(ctx, "server")
+		err = runServer(ctx, args[1:])
 	case "local":
 		err = runLocal(ctx, args[1:])
 	case "demo":

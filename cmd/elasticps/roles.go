@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/paramstore"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
@@ -18,11 +22,108 @@ import (
 // traffic counters; the reply body is "requests bytes_in bytes_out".
 const statsHead = -7301
 
+// serverUsage is the help of 'elasticps server'.
+const serverUsage = `usage: elasticps server [flags]
+
+Runs a server from DMLC_* / PS_* variables with the training store
+(paramstore): the first push of a key initializes it, later pushes are
+gradients. With no flags it is the element-wise sum store (ps-lite's
+KVServerDefaultHandle). Under PS_ELASTIC=1 moving keys carry their optimizer
+state.
+
+flags:
+`
+
+// runServer parses the server's flags and runs the server role with them.
+func runServer(ctx context.Context, args []string) error {
+	store, err := parseServerFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return runRoleWith(ctx, "server", store)
+}
+
+// storeFlags is 'elasticps server”s flag values, before they are checked.
+type storeFlags struct {
+	optimizer, aggregate string
+	cfg                  paramstore.Config
+	round                int
+}
+
+// parseServerFlags turns the server's flags into a store configuration
+// whose Workers and RoundSize runRoleWith fills in from the node.
+func parseServerFlags(args []string) (serverStore, error) {
+	var f storeFlags
+	f.cfg = paramstore.DefaultConfig()
+	fs := flag.NewFlagSet("elasticps server", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serverUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.optimizer, "optimizer", "none", "server-side optimizer: none (sum the pushes), sgd, momentum, adam")
+	fs.Float64Var(&f.cfg.LR, "lr", f.cfg.LR, "learning rate of sgd, momentum and adam")
+	fs.Float64Var(&f.cfg.Momentum, "momentum", f.cfg.Momentum, "momentum's mu, in [0, 1)")
+	fs.Float64Var(&f.cfg.Beta1, "beta1", f.cfg.Beta1, "adam's first-moment decay, in [0, 1)")
+	fs.Float64Var(&f.cfg.Beta2, "beta2", f.cfg.Beta2, "adam's second-moment decay, in [0, 1)")
+	fs.Float64Var(&f.cfg.Epsilon, "epsilon", f.cfg.Epsilon, "adam's epsilon, > 0")
+	fs.Float64Var(&f.cfg.WeightDecay, "weight-decay", 0, "L2 weight decay added to every gradient (needs an optimizer)")
+	fs.StringVar(&f.aggregate, "aggregate", "sum", "how gradients combine: sum, or mean (divided by DMLC_NUM_WORKER)")
+	fs.IntVar(&f.round, "round-size", 0, "accumulate this many pushes of a key, then apply their sum once (MXNet dist_sync);\n"+
+		"0 applies every push at once (dist_async); -1 means DMLC_NUM_WORKER")
+	// flag's own messages would repeat ours: errors are returned, help goes
+	// to stdout
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
+			return serverStore{}, err
+		}
+		return serverStore{}, fmt.Errorf("server: %w (see elasticps server --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return serverStore{}, fmt.Errorf("server: unexpected argument %q (flags only; see elasticps server --help)", fs.Arg(0))
+	}
+	var err error
+	if f.cfg.Optimizer, err = paramstore.ParseOptimizer(f.optimizer); err != nil {
+		return serverStore{}, fmt.Errorf("server: --optimizer: %w", err)
+	}
+	if f.cfg.Aggregate, err = paramstore.ParseAggregate(f.aggregate); err != nil {
+		return serverStore{}, fmt.Errorf("server: --aggregate: %w", err)
+	}
+	if f.round < -1 {
+		return serverStore{}, fmt.Errorf("server: --round-size %d: use a number of pushes >= 0, or -1 for the number of workers", f.round)
+	}
+	// checked now, with placeholders for what the node supplies, so a bad
+	// value stops the server before it joins the job
+	probe := f.cfg
+	probe.Workers = func() int { return 1 }
+	if err := probe.Validate(); err != nil {
+		return serverStore{}, fmt.Errorf("server: %w", err)
+	}
+	return serverStore{cfg: f.cfg, round: f.round}, nil
+}
+
+// serverStore is the server's store configuration; round is --round-size
+// (-1: the number of workers).
+type serverStore struct {
+	cfg   paramstore.Config
+	round int
+}
+
 // runRole runs a scheduler or a server the way ps-lite's test programs do
 // (ps::Start with its barrier, then ps::Finalize with its barrier), so it
 // can stand in for a C++ scheduler or server in a mixed job. The server
-// uses the element-wise sum store.
+// uses the training store without an optimizer: the element-wise sum store.
 func runRole(ctx context.Context, role string) error {
+	return runRoleWith(ctx, role, serverStore{cfg: paramstore.DefaultConfig()})
+}
+
+// runRoleWith is runRole with the server's store configuration.
+func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 	cfg, err := nodeproc.Config(role)
 	if err != nil {
 		return err
@@ -37,9 +138,19 @@ func runRole(ctx context.Context, role string) error {
 		if err != nil {
 			return err
 		}
-		store := kv.NewDefaultHandler()
-		// the sum store copies what it keeps; in an elastic job it hands
-		// key ranges over itself
+		sc := ss.cfg
+		sc.Logger, sc.Workers = po.Logger(), po.NumWorkers
+		if ss.round == -1 {
+			sc.RoundSize = po.NumWorkers
+		} else if ss.round > 0 {
+			sc.RoundSize = func() int { return ss.round }
+		}
+		store, err := paramstore.New(sc)
+		if err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+		// the store copies what it keeps; in an elastic job it hands key
+		// ranges over itself, optimizer state included
 		srv, err := en.NewServer(0, kv.ServerOptions{Handler: store.Handle, ReleaseRequests: true}, store)
 		if err != nil {
 			return err

@@ -37,6 +37,8 @@ var layers = map[string]int{
 
 	"elastic": 7, // implements kv's hooks
 
+	"paramstore": 7, // the training store: a kv handler, elastic's Migrator by its methods
+
 	"elastic/coord": 8, // the scheduler's side of elastic mode
 
 	"internal/nodeproc": 9, "internal/jobtest": 9, "cbridge/capi": 9, "examples/go/quickstart": 9,

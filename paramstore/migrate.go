@@ -1,0 +1,190 @@
+package paramstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+
+	"github.com/elasticps/elasticps/message"
+)
+
+// The snapshot format of Export, version 1, little-endian:
+//
+//	header  magic "PSTO" (4), version (2), optimizer (1), aggregate (1), keys (4)
+//	per key key (8), data type (4), flags (4), step (8), pending (4),
+//	        value bytes n (4), value (n), then n bytes each of the
+//	        first moment, second moment and round sum the flags name
+//	trailer CRC-32C of everything before it (4)
+//
+// Keys come in ascending order.
+const (
+	snapshotMagic   = "PSTO"
+	snapshotVersion = 1
+	headerSize      = 12
+	entryHeaderSize = 32
+	hasM            = 1 << 0
+	hasV            = 1 << 1
+	hasAcc          = 1 << 2
+	knownFlags      = hasM | hasV | hasAcc
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Export removes the keys in [begin, end) from the store (it stops serving
+// them) and returns their values and optimizer state as a snapshot for
+// Import. It is the elastic Migrator's Export.
+func (s *Store) Export(begin, end uint64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keys []uint64
+	size := headerSize + 4
+	for k, e := range s.keys {
+		if k >= begin && k < end {
+			keys = append(keys, k)
+			size += entryHeaderSize + len(e.val)*(1+len(buffers(e)))
+		}
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, size)
+	b = append(b, snapshotMagic...)
+	b = binary.LittleEndian.AppendUint16(b, snapshotVersion)
+	b = append(b, byte(s.cfg.Optimizer), byte(s.cfg.Aggregate))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(keys)))
+	for _, k := range keys {
+		e := s.keys[k]
+		var flags uint32
+		if e.m != nil {
+			flags |= hasM
+		}
+		if e.v != nil {
+			flags |= hasV
+		}
+		if e.pending > 0 {
+			flags |= hasAcc
+		}
+		b = binary.LittleEndian.AppendUint64(b, k)
+		b = binary.LittleEndian.AppendUint32(b, uint32(e.dt))
+		b = binary.LittleEndian.AppendUint32(b, flags)
+		b = binary.LittleEndian.AppendUint64(b, e.step)
+		b = binary.LittleEndian.AppendUint32(b, e.pending)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(e.val)))
+		b = append(b, e.val...)
+		for _, buf := range buffers(e) {
+			b = append(b, buf...)
+		}
+	}
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	for _, k := range keys {
+		delete(s.keys, k)
+	}
+	return b, nil
+}
+
+// buffers are the state buffers of e that a snapshot carries, in order.
+func buffers(e *entry) [][]byte {
+	var out [][]byte
+	for _, b := range [][]byte{e.m, e.v} {
+		if b != nil {
+			out = append(out, b)
+		}
+	}
+	if e.pending > 0 {
+		out = append(out, e.acc)
+	}
+	return out
+}
+
+// Import installs a snapshot from Export, replacing the keys it holds. A
+// snapshot that is corrupt, of another version, or from a store with
+// another optimizer or aggregation is an error, and nothing is installed.
+// It is the elastic Migrator's Import.
+func (s *Store) Import(state []byte) error {
+	entries, err := s.decode(state)
+	if err != nil {
+		return fmt.Errorf("paramstore: cannot import the snapshot: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range entries {
+		s.keys[k] = e
+	}
+	return nil
+}
+
+func (s *Store) decode(b []byte) (map[uint64]*entry, error) {
+	if len(b) < headerSize+4 {
+		return nil, fmt.Errorf("%d bytes is shorter than a snapshot's header and checksum (%d)", len(b), headerSize+4)
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if string(body[:4]) != snapshotMagic {
+		return nil, fmt.Errorf("it does not start with %q: not a paramstore snapshot", snapshotMagic)
+	}
+	if v := binary.LittleEndian.Uint16(body[4:]); v != snapshotVersion {
+		return nil, fmt.Errorf("format version %d, this store reads version %d: run the same elasticps on every server", v, snapshotVersion)
+	}
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return nil, fmt.Errorf("checksum mismatch (stored %08x, computed %08x): the snapshot is corrupt", sum, got)
+	}
+	if o, a := Optimizer(body[6]), Aggregate(body[7]); o != s.cfg.Optimizer || a != s.cfg.Aggregate {
+		return nil, fmt.Errorf("it comes from a store with optimizer %s and aggregation %s, this one has %s and %s: give every server the same flags", o, a, s.cfg.Optimizer, s.cfg.Aggregate)
+	}
+	count := binary.LittleEndian.Uint32(body[8:])
+	p := body[headerSize:]
+	entries := make(map[uint64]*entry, min(int(count), len(p)/entryHeaderSize))
+	for i := range count {
+		if len(p) < entryHeaderSize {
+			return nil, fmt.Errorf("truncated at key %d of %d", i, count)
+		}
+		k := binary.LittleEndian.Uint64(p)
+		e := &entry{
+			dt:      message.DataType(binary.LittleEndian.Uint32(p[8:])),
+			step:    binary.LittleEndian.Uint64(p[16:]),
+			pending: binary.LittleEndian.Uint32(p[24:]),
+		}
+		flags := binary.LittleEndian.Uint32(p[12:])
+		n := int(binary.LittleEndian.Uint32(p[28:]))
+		p = p[entryHeaderSize:]
+		if err := s.canStore(e.dt); err != nil {
+			return nil, fmt.Errorf("key %d: %w", k, err)
+		}
+		if n%e.dt.Size() != 0 {
+			return nil, fmt.Errorf("key %d: %d bytes is not a whole number of %s values", k, n, e.dt)
+		}
+		if flags&^knownFlags != 0 || (flags&hasAcc != 0) != (e.pending > 0) {
+			return nil, fmt.Errorf("key %d: flags %#x do not match %d pending gradients", k, flags, e.pending)
+		}
+		if _, dup := entries[k]; dup {
+			return nil, fmt.Errorf("key %d appears twice", k)
+		}
+		read := func() ([]byte, error) {
+			if len(p) < n {
+				return nil, fmt.Errorf("key %d: %d bytes left, its value needs %d", k, len(p), n)
+			}
+			buf := alignedBytes(n)
+			copy(buf, p[:n])
+			p = p[n:]
+			return buf, nil
+		}
+		var err error
+		if e.val, err = read(); err != nil {
+			return nil, err
+		}
+		for _, f := range []struct {
+			bit uint32
+			dst *[]byte
+		}{{hasM, &e.m}, {hasV, &e.v}, {hasAcc, &e.acc}} {
+			if flags&f.bit != 0 {
+				if *f.dst, err = read(); err != nil {
+					return nil, err
+				}
+			}
+		}
+		entries[k] = e
+	}
+	if len(p) != 0 {
+		return nil, errors.New("bytes after the last key")
+	}
+	return entries, nil
+}
