@@ -311,7 +311,7 @@ func checks(rows []*Row, bsp *Row) []string {
 	}
 	fl, ssp := find("fluent"), find("ssp")
 	if fl != nil && bsp != nil {
-		out = append(out, fmt.Sprintf("fluent >= 2x faster than bsp to the target: %s (%sx)", yes(float64(fl.SpeedUp) >= 2), fmtNum(float64(fl.SpeedUp))))
+		out = append(out, fmt.Sprintf("fluent >= 2x faster than bsp to the target: %s (%s)", yes(float64(fl.SpeedUp) >= 2), fmtSpeedUp(fl.SpeedUp)))
 	}
 	if fl != nil && ssp != nil {
 		if f, s := infNaN(fl.TimeToTarget), infNaN(ssp.TimeToTarget); !math.IsInf(f, 1) {
@@ -419,7 +419,7 @@ func fmtOr(n num, none string) string {
 
 func fmtSpeedUp(n num) string {
 	if n.isNaN() {
-		return "-"
+		return "-" // this mode or bsp did not reach the target
 	}
 	return fmtNum(float64(n)) + "x"
 }

@@ -64,7 +64,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Workers: 4, Servers: 2, Modes: []string{"asp"}, Repeat: 1, Staleness: 3, Seed: 1,
-		Epochs: 1, Batch: 32, LR: 0.1, EvalEvery: 25, Sizes: []int{ImageSize, 1024, 256, Classes},
+		Epochs: 1, Batch: 32, LR: 0.3, EvalEvery: 25, Sizes: []int{ImageSize, 1024, 256, Classes},
 		Blocks: 8, CPURank: -1, CPUShare: 0.25, Progress: 3 * time.Second, Timeout: 30 * time.Minute,
 		Out: filepath.Join(os.TempDir(), "elasticps-train"),
 	}
