@@ -5,6 +5,7 @@
 //	elasticps server [--optimizer ...]       run a server (training store; sum by default)
 //	elasticps local -s S -w W -- CMD ARGS    run a local job of CMD
 //	elasticps demo                           train a small model on a local job
+//	elasticps train                          train an MLP on MNIST per sync mode
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"github.com/elasticps/elasticps/internal/bench"
 	"github.com/elasticps/elasticps/internal/straggler"
+	trainer "github.com/elasticps/elasticps/internal/train"
 	"github.com/elasticps/elasticps/launcher"
 )
 
@@ -28,6 +30,7 @@ commands:
                --optimizer sgd|momentum|adam --lr --aggregate sum|mean (server --help)
   local        start a local job: elasticps local -s S -w W [opts] -- CMD ARGS
   demo         train logistic regression on a local job and print a summary
+  train        train an MLP on MNIST on local jobs, per sync mode (--compare bsp,asp,ssp,fluent)
   ctl          status, move, drain on an elastic scheduler (PS_ELASTIC=1)
   bench        transport benchmark matrix (--van zmq|tcp|all, --json, --cpuprofile)
   bench straggler   PSLD straggler benchmark: static vs elastic vs oracle placement
@@ -59,6 +62,8 @@ func run(args []string) int {
 		err = runLocal(ctx, args[1:])
 	case "demo":
 		err = runDemo(ctx, args[1:])
+	case "train":
+		err = runTrain(ctx, args[1:])
 	case "bench":
 		if len(args) > 1 && args[1] == "straggler" {
 			err = runStraggler(ctx, args[2:])
@@ -69,6 +74,8 @@ func run(args []string) int {
 		err = bench.RunNode(ctx)
 	case straggler.NodeCommand:
 		err = straggler.RunNode(ctx)
+	case trainer.NodeCommand:
+		err = trainer.RunNode(ctx)
 	case "ctl":
 		err = runCtl(args[1:])
 	case "demo-node":

@@ -1,0 +1,468 @@
+package train
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/internal/nodeproc"
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/paramstore"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
+	"github.com/elasticps/elasticps/syncctl"
+)
+
+// The processes of a training job are this executable's hidden NodeCommand
+// role (RunNode). The launcher passes the job in planEnv (JSON) and the
+// sync mode in PS_SYNC_* variables, which the servers read; every node
+// writes its results as JSON into the plan's OutDir.
+const (
+	planEnv = "ELASTICPS_TRAIN_PLAN"
+	// NodeCommand is the hidden command of this executable that runs one
+	// node of a training job: its main must call RunNode for it.
+	NodeCommand = "train-node"
+)
+
+// nodePlan is what every node of one training job needs to know.
+type nodePlan struct {
+	Sizes      []int    `json:"sizes"`
+	Blocks     int      `json:"blocks"`
+	Batch      int      `json:"batch"`
+	Iterations int      `json:"iterations"` // per worker
+	LR         float64  `json:"lr"`
+	Seed       uint64   `json:"seed"`
+	EvalEvery  int      `json:"eval_every"`
+	EvalRank   int      `json:"eval_rank"` // the worker that snapshots the weights
+	TrainLimit int      `json:"train_limit"`
+	MNISTDir   string   `json:"mnist_dir"`
+	Straggle   Straggle `json:"straggle"`
+	CPUGroup   string   `json:"cpu_group"` // cgroup directory the CPU straggler joins; "" none
+	CPURank    int      `json:"cpu_rank"`
+	// Progress is the interval of the workers' progress lines.
+	Progress time.Duration `json:"progress"`
+	OutDir   string        `json:"out_dir"`
+}
+
+// snapshot is one copy of the weights the evaluating worker took, with
+// the time since the start of training; the launcher evaluates it after
+// the job.
+type snapshot struct {
+	Iteration int     `json:"iteration"`
+	Seconds   float64 `json:"seconds"`
+	File      string  `json:"file"`
+}
+
+// workerResult is one worker's record of a job.
+type workerResult struct {
+	Rank       int     `json:"rank"`
+	T0         int64   `json:"t0_unix_ns"` // start of training (after the initial weights, in a barrier)
+	Iterations int     `json:"iterations"`
+	TrainS     float64 `json:"train_s"` // until its last iteration ended
+	PushS      float64 `json:"push_s"`  // waiting for pushes
+	PullS      float64 `json:"pull_s"`  // waiting for pulls
+	SleepS     float64 `json:"straggle_s"`
+	Loss       float64 `json:"loss"` // mean training loss of the last iterations
+	CPULimited bool    `json:"cpu_limited"`
+	// EndS is when every worker had finished (the end barrier), since T0;
+	// the evaluating worker's last snapshot is taken then.
+	EndS      float64    `json:"end_s"`
+	Snapshots []snapshot `json:"snapshots,omitempty"`
+}
+
+// serverResult is one server's counters.
+type serverResult struct {
+	Rank      int   `json:"rank"`
+	BytesRecv int64 `json:"bytes_recv"`
+	BytesSent int64 `json:"bytes_sent"`
+	MsgsRecv  int64 `json:"msgs_recv"`
+	// Sync is nil when the server has no sync statistics (a kv.Server
+	// without SyncStats).
+	Sync *serverSync `json:"sync,omitempty"`
+}
+
+type serverSync struct {
+	Stats    syncctl.Stats `json:"stats"`
+	ParkedNS int64         `json:"parked_ns"` // total time pulls spent parked
+}
+
+// syncStater is the kv.Server of a build with sync control.
+type syncStater interface {
+	SyncStats() (syncctl.Stats, time.Duration)
+}
+
+// RunNode is one process of a training job.
+func RunNode(ctx context.Context) error {
+	var plan nodePlan
+	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &plan); err != nil {
+		return fmt.Errorf("%s: %v (%s is started by 'elasticps train')", planEnv, err, NodeCommand)
+	}
+	cfg, err := nodeproc.Config("")
+	if err != nil {
+		return err
+	}
+	po, release, err := nodeproc.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer release()
+	switch cfg.Role {
+	case message.RoleServer:
+		return runServer(po, plan)
+	case message.RoleWorker:
+		return runWorker(ctx, po, plan)
+	}
+	if err := po.StartWithBarrier(0); err != nil {
+		return err
+	}
+	return po.Finalize(0, true)
+}
+
+// runServer runs paramstore's SGD with the mean of the workers' gradients,
+// and writes its counters at the end.
+func runServer(po *postoffice.Postoffice, plan nodePlan) error {
+	en, err := elastic.Open(po)
+	if err != nil {
+		return err
+	}
+	pc := paramstore.DefaultConfig()
+	pc.Optimizer, pc.Aggregate, pc.LR = paramstore.SGD, paramstore.Mean, plan.LR
+	pc.Workers = po.NumWorkers
+	pc.Logger = po.Logger()
+	store, err := paramstore.New(pc)
+	if err != nil {
+		return err
+	}
+	srv, err := en.NewServer(0, kv.ServerOptions{Handler: store.Handle, ReleaseRequests: true}, store)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	if err := po.StartWithBarrier(0); err != nil {
+		return err
+	}
+	if err := po.Finalize(0, true); err != nil {
+		return err
+	}
+	st := po.Stats()
+	res := serverResult{Rank: po.MyRank(), BytesRecv: st.BytesRecv.Load(), BytesSent: st.BytesSent.Load(), MsgsRecv: st.MsgsRecv.Load()}
+	if ss, ok := any(srv).(syncStater); ok {
+		s, parked := ss.SyncStats()
+		res.Sync = &serverSync{Stats: s, ParkedNS: int64(parked)}
+	}
+	return writeJSON(filepath.Join(plan.OutDir, fmt.Sprintf("server-%d.json", res.Rank)), res)
+}
+
+// blockKeys cuts a flat vector of n parameters into blocks contiguous
+// blocks of (nearly) equal length, the first blocks/S on server 0, the
+// next on server 1 and so on, so that the keys ascend with the offsets
+// and one push or pull moves the whole vector.
+func blockKeys(ranges []routing.Range, n, blocks int) (keys []uint64, lens []int32) {
+	s := len(ranges)
+	for b := range blocks {
+		srv := b * s / blocks
+		first := (srv*blocks + s - 1) / s // the first block of server srv
+		keys = append(keys, ranges[srv].Begin+uint64(b-first))
+		lens = append(lens, int32(n*(b+1)/blocks-n*b/blocks))
+	}
+	return keys, lens
+}
+
+// worker is one worker's training state.
+type worker struct {
+	po   *postoffice.Postoffice
+	w    *kv.Worker
+	plan nodePlan
+	rank int
+
+	keys            []uint64
+	lens, lensOut   []int32
+	params, grad    []float32
+	res             workerResult
+	snapDir         string
+	snapErr         chan error
+	snaps           chan snapJob
+	spare           chan []float32
+	pushDur, pullDu time.Duration
+}
+
+type snapJob struct {
+	s    snapshot
+	vals []float32
+}
+
+func runWorker(ctx context.Context, po *postoffice.Postoffice, plan nodePlan) error {
+	kw, err := nodeproc.StartWorker(po)
+	if err != nil {
+		return err
+	}
+	defer kw.Close()
+	wk := &worker{po: po, w: kw, plan: plan, rank: po.MyRank()}
+	wk.res.Rank = wk.rank
+	if plan.CPUGroup != "" && wk.rank == plan.CPURank {
+		g := &CPUGroup{Dir: plan.CPUGroup}
+		if err := g.Join(os.Getpid()); err != nil {
+			return err
+		}
+		wk.res.CPULimited = true
+	}
+	if err := wk.train(ctx); err != nil {
+		return fmt.Errorf("worker %d: %w", wk.rank, err)
+	}
+	if err := writeJSON(filepath.Join(plan.OutDir, fmt.Sprintf("worker-%d.json", wk.rank)), wk.res); err != nil {
+		return err
+	}
+	return po.Finalize(0, true)
+}
+
+func (wk *worker) wait(what string, ts int32, err error) error {
+	if err == nil {
+		err = wk.w.Wait(ts)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func (wk *worker) push(vals []float32) error {
+	t := time.Now()
+	ts, err := kv.Push(wk.w, wk.keys, vals, wk.lens, kv.Options{})
+	err = wk.wait("push", ts, err)
+	wk.pushDur += time.Since(t)
+	return err
+}
+
+func (wk *worker) pull() error {
+	t := time.Now()
+	ts, err := kv.Pull(wk.w, wk.keys, &wk.params, &wk.lensOut, kv.Options{})
+	err = wk.wait("pull", ts, err)
+	wk.pullDu += time.Since(t)
+	return err
+}
+
+func (wk *worker) train(ctx context.Context) error {
+	plan := wk.plan
+	m, err := NewMLP(plan.Sizes)
+	if err != nil {
+		return err
+	}
+	data, err := LoadMNIST(plan.MNISTDir, true, plan.TrainLimit)
+	if err != nil {
+		return err
+	}
+	nw := wk.po.NumWorkers()
+	shard := data.Slice(data.Len()*wk.rank/nw, data.Len()*(wk.rank+1)/nw)
+	if shard.Len() < plan.Batch {
+		return fmt.Errorf("its shard has %d samples, fewer than the batch of %d: use fewer workers, a smaller --batch or more samples", shard.Len(), plan.Batch)
+	}
+	n := m.NumParams()
+	wk.keys, wk.lens = blockKeys(wk.po.ServerKeyRanges(), n, plan.Blocks)
+	wk.params, wk.grad = make([]float32, n), make([]float32, n)
+
+	// The first push of a key initialises it (paramstore), so rank 0
+	// pushes the seeded initial weights; the others then push zeros, which
+	// SGD leaves as they are, so that every worker starts having pushed
+	// once (the servers' sync control counts a worker's pushes as its
+	// iterations). Everyone pulls the weights, and training starts
+	// together after a barrier.
+	if wk.rank == 0 {
+		m.Init(wk.params, plan.Seed)
+		if err := wk.push(wk.params); err != nil {
+			return fmt.Errorf("initial weights: %w", err)
+		}
+	}
+	if err := wk.po.Barrier(0, message.WorkerGroup); err != nil {
+		return err
+	}
+	if wk.rank != 0 {
+		if err := wk.push(wk.grad); err != nil {
+			return fmt.Errorf("initial push: %w", err)
+		}
+	}
+	if err := wk.pull(); err != nil {
+		return fmt.Errorf("initial weights: %w", err)
+	}
+	if wk.rank == plan.EvalRank && plan.EvalEvery > 0 {
+		if err := wk.startSnapshots(); err != nil {
+			return err
+		}
+	}
+	if err := wk.po.Barrier(0, message.WorkerGroup); err != nil {
+		return err
+	}
+	wk.pushDur, wk.pullDu = 0, 0
+
+	ws := m.NewWorkspace(plan.Batch)
+	bx := make([]float32, plan.Batch*ImageSize)
+	by := make([]uint8, plan.Batch)
+	r := rand.New(rand.NewPCG(plan.Seed, uint64(wk.rank)+1))
+	order := r.Perm(shard.Len())
+	pos := 0
+	var sleep time.Duration
+	recent := make([]float64, 0, 20)
+	t0 := time.Now()
+	wk.res.T0 = t0.UnixNano()
+	lastLine, lastIt := t0, 0
+	wk.snapshot(0, 0) // the initial weights
+	for it := 1; it <= plan.Iterations; it++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		for s := range plan.Batch {
+			if pos == len(order) {
+				r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+				pos = 0
+			}
+			i := order[pos]
+			pos++
+			copy(bx[s*ImageSize:(s+1)*ImageSize], shard.Row(i))
+			by[s] = shard.Y[i]
+		}
+		loss := ws.Step(wk.params, wk.grad, bx, by, plan.Batch)
+		if len(recent) == cap(recent) {
+			recent = recent[1:]
+		}
+		recent = append(recent, loss)
+		if err := wk.push(wk.grad); err != nil {
+			return fmt.Errorf("iteration %d: %w", it, err)
+		}
+		if err := wk.pull(); err != nil {
+			return fmt.Errorf("iteration %d: %w", it, err)
+		}
+		if d := plan.Straggle.Delay(wk.rank, r); d > 0 {
+			time.Sleep(d)
+			sleep += d
+		}
+		now := time.Now()
+		if plan.EvalEvery > 0 && it%plan.EvalEvery == 0 && it < plan.Iterations { // the last one comes after the end barrier
+			wk.snapshot(it, now.Sub(t0))
+		}
+		if now.Sub(lastLine) >= plan.Progress || it == plan.Iterations {
+			fmt.Printf("iteration %5d/%d  loss %.4f  %5.1f it/s\n", it, plan.Iterations, mean(recent),
+				float64(it-lastIt)/now.Sub(lastLine).Seconds())
+			lastLine, lastIt = now, it
+		}
+	}
+	wk.res.TrainS = time.Since(t0).Seconds()
+	wk.res.Iterations = plan.Iterations
+	wk.res.Loss = mean(recent)
+	wk.res.PushS, wk.res.PullS, wk.res.SleepS = wk.pushDur.Seconds(), wk.pullDu.Seconds(), sleep.Seconds()
+	if err := wk.po.Barrier(0, message.WorkerGroup); err != nil {
+		return err
+	}
+	wk.res.EndS = time.Since(t0).Seconds()
+	if wk.snaps != nil {
+		// Every worker has finished: the weights now are the final ones.
+		if err := wk.pull(); err != nil {
+			return fmt.Errorf("final weights: %w", err)
+		}
+		wk.snapshot(plan.Iterations, time.Duration(wk.res.EndS*float64(time.Second)))
+		close(wk.snaps)
+		if err := <-wk.snapErr; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(max(1, len(xs)))
+}
+
+// startSnapshots starts the goroutine that writes the evaluating worker's
+// snapshots: copying the weights is all the training loop does (a few
+// milliseconds for 4 MB); the file is written beside it. Two buffers
+// circulate, so a slow disk holds training back instead of filling memory.
+func (wk *worker) startSnapshots() error {
+	wk.snapDir = filepath.Join(wk.plan.OutDir, "snapshots")
+	if err := os.MkdirAll(wk.snapDir, 0o755); err != nil {
+		return err
+	}
+	wk.snaps = make(chan snapJob, 2)
+	wk.spare = make(chan []float32, 2)
+	wk.spare <- make([]float32, len(wk.params))
+	wk.spare <- make([]float32, len(wk.params))
+	wk.snapErr = make(chan error, 1)
+	go func() {
+		var first error
+		for j := range wk.snaps {
+			if first == nil {
+				first = writeFloats(filepath.Join(wk.snapDir, j.s.File), j.vals)
+			}
+			wk.spare <- j.vals
+		}
+		wk.snapErr <- first
+	}()
+	return nil
+}
+
+func (wk *worker) snapshot(it int, at time.Duration) {
+	if wk.snaps == nil {
+		return
+	}
+	buf := <-wk.spare
+	copy(buf, wk.params)
+	s := snapshot{Iteration: it, Seconds: at.Seconds(), File: fmt.Sprintf("snap-%06d-%d.f32", it, len(wk.res.Snapshots))}
+	wk.res.Snapshots = append(wk.res.Snapshots, s)
+	wk.snaps <- snapJob{s: s, vals: buf}
+}
+
+// writeFloats writes vals little-endian.
+func writeFloats(path string, vals []float32) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	var b [4]byte
+	for _, v := range vals {
+		binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
+		if _, err := bw.Write(b[:]); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// readFloats reads a file of writeFloats into vals, which must have its
+// length.
+func readFloats(path string, vals []float32) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if len(b) != 4*len(vals) {
+		return fmt.Errorf("snapshot %s has %d bytes, want %d", path, len(b), 4*len(vals))
+	}
+	for i := range vals {
+		vals[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
