@@ -5,7 +5,9 @@ package cli
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -79,4 +81,28 @@ func (p *Progress) Done() {
 		fmt.Fprint(p.w, "\r\033[K")
 		p.last = ""
 	}
+}
+
+// FormatNum formats a table cell: whole numbers from 100 on, one decimal
+// from 10, two below; "-" for NaN and infinities (no value).
+func FormatNum(v float64) string {
+	switch a := math.Abs(v); {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "-"
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+}
+
+// LastLines returns the last n lines of s (a failed node's log tail).
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,4 +37,15 @@ func TestProgressElsewherePrintsOnlyStartsAndEnds(t *testing.T) {
 	p.Finished("run: done")
 	p.Done()
 	assert.Equal(t, "run ...\nrun: done\n", b.String())
+}
+
+func TestFormatNum(t *testing.T) {
+	for v, want := range map[float64]string{1234.5: "1234", 12.34: "12.3", 1.234: "1.23", -0.5: "-0.50", math.NaN(): "-", math.Inf(1): "-"} {
+		assert.Equal(t, want, FormatNum(v), "%v", v)
+	}
+}
+
+func TestLastLines(t *testing.T) {
+	assert.Equal(t, "b\nc", LastLines("a\nb\nc\n", 2))
+	assert.Equal(t, "a", LastLines("a", 5))
 }

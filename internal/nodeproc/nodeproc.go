@@ -7,6 +7,7 @@ package nodeproc
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -126,4 +127,16 @@ func StartBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Coord
 // loopback.
 func LoopbackEnv() []string {
 	return []string{"DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_NODE_HOST=127.0.0.1"}
+}
+
+// ReadResult decodes the JSON result file a node process wrote at exit.
+func ReadResult(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("missing node results: %w", err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

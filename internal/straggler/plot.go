@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/elasticps/elasticps/internal/cli"
 	"github.com/elasticps/elasticps/internal/plot"
 	"github.com/elasticps/elasticps/message"
 )
@@ -16,7 +17,7 @@ import (
 // move.
 func writePlot(path string, o Config, rep *report) error {
 	f := plot.Figure{
-		Title: fmt.Sprintf("ResNet-50 (1/%s scale, %s placement), %d servers x %d workers", fmtNum(o.Scale), o.Placement, o.Servers, o.Workers),
+		Title: fmt.Sprintf("ResNet-50 (1/%s scale, %s placement), %d servers x %d workers", cli.FormatNum(o.Scale), o.Placement, o.Servers, o.Workers),
 		Notes: []string{rep.Emulation},
 		Width: 1000,
 	}

@@ -275,13 +275,13 @@ func Run(ctx context.Context, o Config, out io.Writer) error {
 
 // emulationNote says what the slow server is.
 func emulationNote(o Config) string {
-	link := fmt.Sprintf("every server's link emulated at %s MB/s (handler sleeps bytes/bandwidth on a serialised virtual clock)", fmtNum(o.Bandwidth/1e6))
+	link := fmt.Sprintf("every server's link emulated at %s MB/s (handler sleeps bytes/bandwidth on a serialised virtual clock)", cli.FormatNum(o.Bandwidth/1e6))
 	switch o.Straggler {
 	case "bandwidth":
-		return fmt.Sprintf("%s; server %d's link at 1/%s: %s MB/s", link, o.SlowRank, fmtNum(o.Slowdown), fmtNum(o.Bandwidth/o.Slowdown/1e6))
+		return fmt.Sprintf("%s; server %d's link at 1/%s: %s MB/s", link, o.SlowRank, cli.FormatNum(o.Slowdown), cli.FormatNum(o.Bandwidth/o.Slowdown/1e6))
 	case "cpu":
 		return fmt.Sprintf("%s; server %d's handler additionally sleeps %sx its normal handling time per request (CPU interference, emulated by sleeping, not spinning)",
-			link, o.SlowRank, fmtNum(o.Slowdown-1))
+			link, o.SlowRank, cli.FormatNum(o.Slowdown-1))
 	}
 	return link + "; no straggler"
 }
@@ -392,7 +392,7 @@ func runJob(ctx context.Context, exe string, o Config, c variant, blocks []block
 		logMu.Lock()
 		all := logs.String()
 		logMu.Unlock()
-		msg := fmt.Sprintf("%v\nlast node log lines:\n%s", err, lastLines(all, 15))
+		msg := fmt.Sprintf("%v\nlast node log lines:\n%s", err, cli.LastLines(all, 15))
 		if f, ferr := os.CreateTemp("", "elasticps-straggler-failed-*.log"); ferr == nil {
 			_, _ = f.WriteString(all)
 			_ = f.Close()
@@ -450,7 +450,7 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 	var workers []workerResult
 	for i := range o.Workers {
 		var w workerResult
-		if err := readJSON(filepath.Join(dir, fmt.Sprintf("worker-%d.json", i)), &w); err != nil {
+		if err := nodeproc.ReadResult(filepath.Join(dir, fmt.Sprintf("worker-%d.json", i)), &w); err != nil {
 			return nil, err
 		}
 		workers = append(workers, w)
@@ -459,7 +459,7 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 	var totalBytes int64
 	for i := range o.Servers {
 		var s serverResult
-		if err := readJSON(filepath.Join(dir, fmt.Sprintf("server-%d.json", i)), &s); err != nil {
+		if err := nodeproc.ReadResult(filepath.Join(dir, fmt.Sprintf("server-%d.json", i)), &s); err != nil {
 			return nil, err
 		}
 		servers = append(servers, s)
@@ -471,7 +471,7 @@ func collect(dir string, o Config, c variant, blocks []block, bw []float64) (*jo
 	}
 	if c.Placement == "elastic" {
 		var tr trace
-		if err := readJSON(filepath.Join(dir, "trace.json"), &tr); err != nil {
+		if err := nodeproc.ReadResult(filepath.Join(dir, "trace.json"), &tr); err != nil {
 			return nil, err
 		}
 		r.trace = &tr
@@ -733,7 +733,7 @@ func printTable(w io.Writer, o Config, rep *report) {
 		how = fmt.Sprintf("%d iterations per worker and run", o.Iters)
 	}
 	fmt.Fprintf(w, "elasticps bench straggler: ResNet-50 (161 tensors, 25,557,032 float32 parameters) scaled 1/%s: %d blocks, %.2f MB per push per worker\n",
-		fmtNum(o.Scale), rep.Blocks, float64(rep.PushBytes)/1e6)
+		cli.FormatNum(o.Scale), rep.Blocks, float64(rep.PushBytes)/1e6)
 	fmt.Fprintf(w, "%s placement, %d servers x %d workers, %s van; %s; median of %d run(s)\n", o.Placement, o.Servers, o.Workers, o.Van, how, o.Repeat)
 	fmt.Fprintf(w, "emulation: %s\n", rep.Emulation)
 	fmt.Fprintf(w, "(this machine has 2 cores and only loopback: real bandwidth or CPU contention cannot be isolated per process, so links and interference are emulated in the servers' handler)\n\n")
@@ -782,7 +782,7 @@ func printTable(w io.Writer, o Config, rep *report) {
 			cluster = "healthy"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t\n", row.Placement, cluster, fmtShares(r.ServerShare), fmtShares(r.FinalShare),
-			r.Plans, r.MovesAtEnd, r.Redirects, fmtPair(r.IterDuringP50MS, r.IterDuringMaxMS), fmtNum(float64(r.IterOtherP50MS)), r.LogWarnings)
+			r.Plans, r.MovesAtEnd, r.Redirects, fmtPair(r.IterDuringP50MS, r.IterDuringMaxMS), cli.FormatNum(float64(r.IterOtherP50MS)), r.LogWarnings)
 	}
 	_ = tw.Flush()
 	if o.Repeat > 1 {
@@ -828,7 +828,7 @@ func fmtPair(a, b num) string {
 	if math.IsNaN(float64(a)) {
 		return "-"
 	}
-	return fmtNum(float64(a)) + "/" + fmtNum(float64(b))
+	return cli.FormatNum(float64(a)) + "/" + cli.FormatNum(float64(b))
 }
 
 func fmtShares(xs []float64) string {
@@ -840,37 +840,6 @@ func fmtShares(xs []float64) string {
 }
 
 // fmtNum formats a number with a precision that suits its size.
-func fmtNum(v float64) string {
-	switch a := math.Abs(v); {
-	case math.IsNaN(v):
-		return "-"
-	case a >= 100:
-		return strconv.FormatFloat(v, 'f', 0, 64)
-	case a >= 10:
-		return strconv.FormatFloat(v, 'f', 1, 64)
-	default:
-		return strconv.FormatFloat(v, 'f', 2, 64)
-	}
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("missing node results: %w", err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 type writerFunc func(p []byte) (int, error)
 

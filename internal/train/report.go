@@ -13,6 +13,8 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"github.com/elasticps/elasticps/internal/cli"
+	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/internal/stats"
 )
 
@@ -87,7 +89,7 @@ func collect(dir string, c Config, mode string, repeat int) (*RunResult, error) 
 	r.SlowItPerSec = math.Inf(1)
 	for i := range c.Workers {
 		var w workerResult
-		if err := readJSON(filepath.Join(dir, fmt.Sprintf("worker-%d.json", i)), &w); err != nil {
+		if err := nodeproc.ReadResult(filepath.Join(dir, fmt.Sprintf("worker-%d.json", i)), &w); err != nil {
 			return nil, err
 		}
 		rate := float64(w.Iterations) / w.TrainS
@@ -104,7 +106,7 @@ func collect(dir string, c Config, mode string, repeat int) (*RunResult, error) 
 	withSync := 0
 	for i := range c.Servers {
 		var s serverResult
-		if err := readJSON(filepath.Join(dir, fmt.Sprintf("server-%d.json", i)), &s); err != nil {
+		if err := nodeproc.ReadResult(filepath.Join(dir, fmt.Sprintf("server-%d.json", i)), &s); err != nil {
 			return nil, err
 		}
 		r.BytesMoved += s.BytesRecv + s.BytesSent
@@ -315,12 +317,12 @@ func checks(rows []*Row, bsp *Row) []string {
 	}
 	if fl != nil && ssp != nil {
 		if f, s := infNaN(fl.TimeToTarget), infNaN(ssp.TimeToTarget); !math.IsInf(f, 1) {
-			out = append(out, fmt.Sprintf("fluent faster than ssp (same s) to the target: %s (%s s vs %s s)", yes(f < s), fmtNum(f), fmtNum(s)))
+			out = append(out, fmt.Sprintf("fluent faster than ssp (same s) to the target: %s (%s s vs %s s)", yes(f < s), cli.FormatNum(f), cli.FormatNum(s)))
 		}
 		if !math.IsNaN(float64(fl.DelayedPulls)) && !math.IsNaN(float64(ssp.DelayedPulls)) {
 			ratio := float64(ssp.DelayedPulls) / max(1, float64(fl.DelayedPulls))
 			out = append(out, fmt.Sprintf("ssp delays >= 10x more pulls than fluent: %s (%s vs %s, %sx)", yes(ratio >= 10),
-				fmtNum(float64(ssp.DelayedPulls)), fmtNum(float64(fl.DelayedPulls)), fmtNum(ratio)))
+				cli.FormatNum(float64(ssp.DelayedPulls)), cli.FormatNum(float64(fl.DelayedPulls)), cli.FormatNum(ratio)))
 		}
 	}
 	return out
@@ -414,40 +416,17 @@ func fmtOr(n num, none string) string {
 	if n.isNaN() {
 		return none
 	}
-	return fmtNum(float64(n))
+	return cli.FormatNum(float64(n))
 }
 
 func fmtSpeedUp(n num) string {
 	if n.isNaN() {
 		return "-" // this mode or bsp did not reach the target
 	}
-	return fmtNum(float64(n)) + "x"
+	return cli.FormatNum(float64(n)) + "x"
 }
 
 // fmtNum formats a number with a precision that suits its size.
-func fmtNum(v float64) string {
-	switch a := math.Abs(v); {
-	case math.IsNaN(v) || math.IsInf(v, 0):
-		return "-"
-	case a >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case a >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
-	}
-}
-
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("missing node results: %w", err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
 
 func jsonString(v any) (string, error) {
 	b, err := json.Marshal(v)

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/cli"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/launcher"
 )
@@ -274,7 +275,7 @@ func runJob(ctx context.Context, exe string, c Config, mode string, repeat, iter
 	if err := job.Run(ctx); err != nil {
 		logMu.Lock()
 		defer logMu.Unlock()
-		return nil, fmt.Errorf("%w\nlast node log lines:\n%s", err, lastLines(logs.String(), 15))
+		return nil, fmt.Errorf("%w\nlast node log lines:\n%s", err, cli.LastLines(logs.String(), 15))
 	}
 	res, err := collect(dir, c, mode, repeat)
 	if err != nil {
@@ -290,14 +291,6 @@ func runJob(ctx context.Context, exe string, c Config, mode string, repeat, iter
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
 
 func joinInts(xs []int, sep string) string {
 	s := make([]string, len(xs))
