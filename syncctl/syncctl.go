@@ -66,7 +66,7 @@ type Worker struct{ Node, Customer int32 }
 // Request is one push or pull a server received, as far as
 // synchronization is concerned.
 type Request struct {
-	ID         uint64   // the caller's handle, given back when a parked request may run
+	ID         uint64 // the caller's handle, given back when a parked request may run
 	Worker     Worker
 	Push, Pull bool     // a push-pull is gated as a push
 	Keys       []uint64 // ascending
