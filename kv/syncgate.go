@@ -36,9 +36,10 @@ import (
 // of a request is Meta.Ext.Iteration when > 0 (kv.Options.Iteration), else
 // the count of its pushes of those keys.
 type SyncGate struct {
-	s   *Server
-	met *metrics.SyncMetrics
-	log func(msg string, args ...any)
+	s       *Server
+	met     *metrics.SyncMetrics
+	log     func(msg string, args ...any)
+	readmit func(*message.Message) // s.Readmit
 
 	mu         sync.Mutex
 	ctl        *syncctl.Controller
@@ -98,7 +99,7 @@ func NewSyncGate(s *Server) (*SyncGate, error) {
 		return nil, fmt.Errorf("kv: sync metrics: %w", err)
 	}
 	g := &SyncGate{s: s, met: met, ctl: ctl, parked: map[uint64]*syncEntry{}, drained: make(chan struct{}),
-		log: po.Logger().Error}
+		log: po.Logger().Error, readmit: s.Readmit}
 	for _, id := range po.Members(message.WorkerGroup) {
 		ctl.Join(id) // nothing is parked yet: nothing to release
 	}
@@ -210,7 +211,7 @@ func (g *SyncGate) kick() {
 	g.sent = g.order[0]
 	g.order[0] = nil
 	g.order = g.order[1:]
-	g.s.Readmit(g.sent.m)
+	g.readmit(g.sent.m)
 }
 
 // observe brings the metrics up to the controller's counts (g.mu held).
