@@ -50,6 +50,12 @@ func runNode(kind string) error {
 // kvNode pushes rounds of integer-valued floats to keys on every server,
 // then checks the pulled sums exactly (every worker pushed the same).
 func kvNode(po *postoffice.Postoffice) error {
+	return withStartedWorker(po, kvRounds)
+}
+
+// withStartedWorker runs f with a KV worker of po (app 0, customer 0)
+// after ps::Start's barrier.
+func withStartedWorker(po *postoffice.Postoffice, f func(*postoffice.Postoffice, *kv.Worker) error) error {
 	w, err := kv.NewWorker(po, 0, 0)
 	if err != nil {
 		return err
@@ -58,6 +64,10 @@ func kvNode(po *postoffice.Postoffice) error {
 	if err := po.StartWithBarrier(0); err != nil {
 		return err
 	}
+	return f(po, w)
+}
+
+func kvRounds(po *postoffice.Postoffice, w *kv.Worker) error {
 	const rounds = 20
 	var keys []uint64
 	var vals []float32
@@ -106,14 +116,10 @@ func kvNode(po *postoffice.Postoffice) error {
 // checks every pull exactly: the sum of rounds 1..t of every worker, where
 // worker w pushes (w+1)*100 + t*10 + i to its i-th key in round t.
 func bspNode(po *postoffice.Postoffice) error {
-	w, err := kv.NewWorker(po, 0, 0)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if err := po.StartWithBarrier(0); err != nil {
-		return err
-	}
+	return withStartedWorker(po, bspRounds)
+}
+
+func bspRounds(po *postoffice.Postoffice, w *kv.Worker) error {
 	const rounds = 25
 	var keys []uint64
 	for _, r := range po.ServerKeyRanges() {

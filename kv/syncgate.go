@@ -227,24 +227,21 @@ func (g *SyncGate) observe() {
 
 // WorkerJoined tells the controller that worker node joined the job (a
 // worker that sends a request joins implicitly anyway).
-func (g *SyncGate) WorkerJoined(node int32) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.closed {
-		g.release(g.ctl.Join(node))
-		g.kick()
-	}
-}
+func (g *SyncGate) WorkerJoined(node int32) { g.membership(g.ctl.Join, node) }
 
 // WorkerLeft tells the controller that worker node left the job or was
 // declared dead: it no longer holds the others, and its own parked
 // requests are released (answering a dead node just fails to send). Any
 // goroutine may call it.
-func (g *SyncGate) WorkerLeft(node int32) {
+func (g *SyncGate) WorkerLeft(node int32) { g.membership(g.ctl.Leave, node) }
+
+// membership applies a Join or Leave of the controller and runs what it
+// releases.
+func (g *SyncGate) membership(change func(int32) []uint64, node int32) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.closed {
-		g.release(g.ctl.Leave(node))
+		g.release(change(node))
 		g.kick()
 	}
 }
