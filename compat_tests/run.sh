@@ -76,6 +76,11 @@ for m in 1x1 2x2 3x2; do
   run "test_byteps_style-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_byteps_style
 done
 
+# An MXNet dist_async-style program (push, then pull) whose C++ servers
+# synchronize by PS_SYNC_MODE alone; a straggling worker; the bound holds.
+run "test_sync_async-2x2-ssp" 2 2 --env PS_SYNC_MODE=ssp --env PS_STALENESS=2 -- ./$BIN_DIR/test_sync_async
+run "test_sync_async-2x2-fluent" 2 2 --env PS_SYNC_MODE=fluent --env PS_STALENESS=2 --env PS_PAUSE_PROB=1 -- ./$BIN_DIR/test_sync_async
+
 # ps::Customer with a raw receive handle, and Van::Send.
 for m in 1x1 2x2 3x2; do
   run "test_customer-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_customer

@@ -65,6 +65,19 @@ func TestKVProcesses(t *testing.T) {
 	}
 }
 
+// PS_SYNC_MODE=bsp on the elasticps servers, over ZeroMQ and TCP: every
+// worker process pulls exactly the sum of its round from both servers.
+func TestBSPProcesses(t *testing.T) {
+	for _, van := range []string{"zmq", "tcp"} {
+		t.Run(van, func(t *testing.T) {
+			out := runJob(t, 2, 3, "bsp", func(j *launcher.Job) {
+				j.Env = append(j.Env, "PS_SYNC_MODE=bsp", "DMLC_PS_VAN_TYPE="+van)
+			})
+			require.Equal(t, 3, strings.Count(out, "BSP OK"), out)
+		})
+	}
+}
+
 // DMLC_LOCAL=1: ipc:// endpoints instead of TCP.
 func TestKVProcessesLocalIPC(t *testing.T) {
 	out := runJob(t, 2, 2, "kv", func(j *launcher.Job) { j.Env = append(j.Env, "DMLC_LOCAL=1") })
@@ -100,6 +113,8 @@ func TestEnvErrors(t *testing.T) {
 		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=x"}, `DMLC_NUM_SERVER="x" is invalid: expected the number of servers`},
 		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1"}, "DMLC_PS_ROOT_URI is not set"},
 		{[]string{"DMLC_ROLE=worker", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1"}, "DMLC_ROLE=worker but the command runs a server"},
+		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1", "PS_SYNC_MODE=sync"}, `environment variable PS_SYNC_MODE="sync" is invalid: expected asp (the default: never wait), bsp, ssp or fluent`},
+		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1", "PS_SYNC_MODE=fluent", "PS_PAUSE_PROB=2"}, `environment variable PS_PAUSE_PROB="2" is invalid: expected a probability from 0 to 1, or sigmoid`},
 	}
 	for _, tc := range cases {
 		cmd := exec.Command(elasticpsBin, "server")

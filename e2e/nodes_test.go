@@ -34,6 +34,8 @@ func runNode(kind string) error {
 		return po.Finalize(0, true)
 	case "kv":
 		return kvNode(po)
+	case "bsp":
+		return bspNode(po)
 	case "two-customers":
 		return twoCustomers(po)
 	case "faults":
@@ -47,6 +49,12 @@ func runNode(kind string) error {
 // kvNode pushes rounds of integer-valued floats to keys on every server,
 // then checks the pulled sums exactly (every worker pushed the same).
 func kvNode(po *postoffice.Postoffice) error {
+	return withStartedWorker(po, kvRounds)
+}
+
+// withStartedWorker runs f with a KV worker of po (app 0, customer 0)
+// after ps::Start's barrier.
+func withStartedWorker(po *postoffice.Postoffice, f func(*postoffice.Postoffice, *kv.Worker) error) error {
 	w, err := kv.NewWorker(po, 0, 0)
 	if err != nil {
 		return err
@@ -55,6 +63,10 @@ func kvNode(po *postoffice.Postoffice) error {
 	if err := po.StartWithBarrier(0); err != nil {
 		return err
 	}
+	return f(po, w)
+}
+
+func kvRounds(po *postoffice.Postoffice, w *kv.Worker) error {
 	const rounds = 20
 	var keys []uint64
 	var vals []float32
@@ -95,6 +107,60 @@ func kvNode(po *postoffice.Postoffice) error {
 		}
 	}
 	fmt.Printf("KV OK rank %d: %d keys on %d servers\n", po.MyRank(), len(keys), po.NumServers())
+	return po.Finalize(0, true)
+}
+
+// bspNode runs rounds of push then pull (MXNet's dist_async order, no
+// barrier) against servers that synchronize by PS_SYNC_MODE=bsp alone, and
+// checks every pull exactly: the sum of rounds 1..t of every worker, where
+// worker w pushes (w+1)*100 + t*10 + i to its i-th key in round t.
+func bspNode(po *postoffice.Postoffice) error {
+	return withStartedWorker(po, bspRounds)
+}
+
+func bspRounds(po *postoffice.Postoffice, w *kv.Worker) error {
+	const rounds = 25
+	var keys []uint64
+	for _, r := range po.ServerKeyRanges() {
+		keys = append(keys, r.Begin, r.Begin+3)
+	}
+	val := func(w, t, i int) float32 { return float32((w+1)*100 + t*10 + i) }
+	var pushes []int32
+	for t := 1; t <= rounds; t++ {
+		vals := make([]float32, len(keys))
+		for i := range vals {
+			vals[i] = val(po.MyRank(), t, i)
+		}
+		ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+		if err != nil {
+			return err
+		}
+		pushes = append(pushes, ts)
+		var got []float32
+		if ts, err = kv.Pull(w, keys, &got, nil, kv.Options{}); err == nil {
+			err = w.Wait(ts)
+		}
+		if err != nil {
+			return fmt.Errorf("round %d: %w", t, err)
+		}
+		for i := range keys {
+			var want float32
+			for r := 1; r <= t; r++ {
+				for v := range po.NumWorkers() {
+					want += val(v, r, i)
+				}
+			}
+			if got[i] != want {
+				return fmt.Errorf("round %d key %d: pulled %v, want exactly %v", t, keys[i], got[i], want)
+			}
+		}
+	}
+	for _, ts := range pushes {
+		if err := w.Wait(ts); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("BSP OK rank %d: %d rounds\n", po.MyRank(), rounds)
 	return po.Finalize(0, true)
 }
 

@@ -3,12 +3,14 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/syncctl"
 )
 
 // ReqMeta describes a KV request received by a Server (ps::KVMeta).
@@ -72,6 +74,7 @@ type Server struct {
 	handler atomic.Pointer[ServerHandler]
 
 	gate    RequestGate // set before registration, then read-only
+	sync    *SyncGate   // the sync gate (alone as gate, or chained by gate); nil under ASP
 	invalid atomic.Int64
 	dropped atomic.Int64
 	locals  localRequests
@@ -105,6 +108,15 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 		return nil, errors.New("kv: nil postoffice")
 	}
 	s := &Server{po: po, simple: embeddedSimpleApp(po)}
+	// Without a gate of its own, a server whose job synchronizes
+	// (PS_SYNC_MODE) gets the sync gate, before it can receive anything.
+	var syncGate *SyncGate
+	if mode := po.Config().Sync.Mode; mode != syncctl.ASP && !slices.ContainsFunc(opts, func(o ServerOptions) bool { return o.Gate != nil }) {
+		var err error
+		if syncGate, err = NewSyncGate(s); err != nil {
+			return nil, err
+		}
+	}
 	c, err := newCustomer(po, appID, appID, s.process, func(c *Customer) {
 		s.c, s.simple.c, c.releases, c.inline = c, c, true, true
 		for _, o := range opts {
@@ -124,6 +136,9 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 				s.gate = o.Gate(s)
 			}
 		}
+		if syncGate != nil {
+			s.gate = syncGate
+		}
 	})
 	if err != nil {
 		return nil, err
@@ -131,6 +146,10 @@ func NewServerWith(po *postoffice.Postoffice, appID int, opts ...ServerOptions) 
 	if po.Config().Elastic && s.gate == nil {
 		c.Close()
 		return nil, errors.New("kv: PS_ELASTIC=1 but the server has no elastic gate: open the node's elastic side with elastic.Open(po) and create the server with its NewServer")
+	}
+	if mode := po.Config().Sync.Mode; mode != syncctl.ASP && s.sync == nil {
+		c.Close()
+		return nil, fmt.Errorf("kv: PS_SYNC_MODE=%v but the server's own gate does not apply it (it must chain kv.NewSyncGate); PS_SYNC_MODE=asp runs without", mode)
 	}
 	return s, nil
 }
@@ -156,8 +175,14 @@ func (s *Server) Customer() *Customer { return s.c }
 // or no handler set).
 func (s *Server) Invalid() int64 { return s.invalid.Load() }
 
-// Close unregisters the server.
-func (s *Server) Close() { s.c.Close() }
+// Close unregisters the server. Requests its sync gate parked are
+// answered first (SyncGate.Close).
+func (s *Server) Close() {
+	if s.sync != nil {
+		s.sync.Close()
+	}
+	s.c.Close()
+}
 
 // Response answers request meta with res (ps::KVServer::Response): keys,
 // vals and lens frames are sent when res.Keys is non-empty (lens only when

@@ -43,6 +43,11 @@ type Options struct {
 	// OnError, if set, receives the operation's error, in the same place
 	// and just before Callback.
 	OnError func(error)
+	// Iteration, when > 0, states the training iteration this operation
+	// belongs to (Meta.Ext.Iteration, sent to every server it touches).
+	// Servers with a sync mode (PS_SYNC_MODE) then use it as the worker's
+	// clock for these keys instead of counting its pushes. 0 sends nothing.
+	Iteration int64
 }
 
 func (o *Options) dataType() message.DataType {
@@ -311,6 +316,7 @@ type op struct {
 	dt      message.DataType
 	cmd     int32
 	prio    int32
+	iter    int64 // Options.Iteration
 	esize   int
 	waiting []int32 // servers that have not answered yet (one entry per span sent)
 	spans   []span  // what was sent (kept until completion), to re-route a span a server redirects; a span is known by its first key
@@ -424,7 +430,7 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 		}
 	}
 	o := &op{push: push, pull: pull, keys: keys, esize: es, dst: dst, lens: lensOut, cb: opts.Callback, onErr: opts.OnError,
-		dt: dt, cmd: opts.Cmd, prio: opts.Priority}
+		dt: dt, cmd: opts.Cmd, prio: opts.Priority, iter: opts.Iteration}
 	if push {
 		o.vals, o.lensIn = vals, lens
 	}
@@ -546,6 +552,7 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 	m.Meta.Recver = s.node
 	m.Meta.Ext.Epoch = s.routeEpoch
 	m.Meta.Ext.PushSeq = s.seq
+	m.Meta.Ext.Iteration = o.iter
 	m.AddData(message.Uint64, KeysToBytes(o.keys[s.ka:s.kb]))
 	if o.push {
 		m.AddData(o.dt, o.vals[s.va:s.vb])

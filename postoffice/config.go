@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/syncctl"
 	"github.com/elasticps/elasticps/van/rdma"
 )
 
@@ -97,8 +98,51 @@ type Config struct {
 	// elasticps command does; the C++ bridge does for servers, and undoes
 	// it with RestoreHostCPUs); default false.
 	ShareHostCPUs bool
+	// Sync is how this node's KV servers synchronize workers (PS_SYNC_MODE
+	// and its parameters); the zero value is ASP, ps-lite's behaviour.
+	Sync SyncConfig
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// SyncConfig selects a server's synchronization model (package syncctl).
+// A Config built in Go takes these values as given; ConfigFromEnv fills in
+// the defaults listed with each field.
+type SyncConfig struct {
+	// Mode (PS_SYNC_MODE: asp, bsp, ssp or fluent; default asp).
+	Mode syncctl.Mode
+	// Staleness is s, SSP's bound and FluentPS's pause threshold, in
+	// iterations >= 0 (PS_STALENESS; default DefaultStaleness).
+	Staleness int64
+	// PauseProb is FluentPS's constant pause probability in [0, 1], used
+	// unless Sigmoid (PS_PAUSE_PROB=a number).
+	PauseProb float64
+	// Sigmoid makes FluentPS's pause probability 1/(1+e^(s-gap))
+	// (PS_PAUSE_PROB=sigmoid, the default).
+	Sigmoid bool
+	// Seed seeds FluentPS's pause draws (PS_SYNC_SEED; default 0). Each
+	// server draws from PCG(Seed, its node id), so a job's draws are
+	// reproducible and no two servers draw the same sequence.
+	Seed int64
+}
+
+// DefaultStaleness is PS_STALENESS when unset: a bound of 3 iterations,
+// SSP's usual setting, lets a straggler fall a few iterations behind
+// without holding anyone.
+const DefaultStaleness = 3
+
+// validate checks the parameters whatever the mode (a bad value is a
+// mistake even where this mode ignores it).
+func (s SyncConfig) validate() error {
+	switch {
+	case s.Mode > syncctl.Fluent:
+		return fmt.Errorf("postoffice: sync mode %v: use syncctl.ASP, BSP, SSP or Fluent", s.Mode)
+	case s.Staleness < 0:
+		return fmt.Errorf("postoffice: sync staleness %d: need an integer >= 0 (PS_STALENESS)", s.Staleness)
+	case !(s.PauseProb >= 0 && s.PauseProb <= 1): // NaN too
+		return fmt.Errorf("postoffice: pause probability %v: need a number in [0, 1] or Sigmoid (PS_PAUSE_PROB)", s.PauseProb)
+	}
+	return nil
 }
 
 // EnvError is returned for a missing or invalid environment variable.
@@ -261,7 +305,44 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.Standby && (c.Role != message.RoleServer || !c.Elastic) {
 		return c, &EnvError{Var: "PS_STANDBY", Value: "1", Want: "0, or 1 on a server of an elastic job (DMLC_ROLE=server and PS_ELASTIC=1)"}
 	}
-	return c, nil
+	c.Sync, err = syncFromEnv(get)
+	return c, err
+}
+
+// syncFromEnv reads PS_SYNC_MODE, PS_STALENESS, PS_PAUSE_PROB and
+// PS_SYNC_SEED on every node, so that a typo stops the job at once rather
+// than only its servers.
+func syncFromEnv(get func(string) string) (SyncConfig, error) {
+	s := SyncConfig{Staleness: DefaultStaleness, Sigmoid: true}
+	if v := get("PS_SYNC_MODE"); v != "" {
+		m, err := syncctl.ParseMode(v)
+		if err != nil {
+			return s, &EnvError{Var: "PS_SYNC_MODE", Value: v, Want: "asp (the default: never wait), bsp, ssp or fluent"}
+		}
+		s.Mode = m
+	}
+	if v := get("PS_STALENESS"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return s, &EnvError{Var: "PS_STALENESS", Value: v, Want: "the staleness bound s in iterations, an integer >= 0 (default 3)"}
+		}
+		s.Staleness = n
+	}
+	if v := get("PS_PAUSE_PROB"); v != "" && v != "sigmoid" {
+		p, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(p >= 0 && p <= 1) {
+			return s, &EnvError{Var: "PS_PAUSE_PROB", Value: v, Want: "a probability from 0 to 1, or sigmoid (the default: 1/(1+e^(s-gap)))"}
+		}
+		s.PauseProb, s.Sigmoid = p, false
+	}
+	if v := get("PS_SYNC_SEED"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return s, &EnvError{Var: "PS_SYNC_SEED", Value: v, Want: "an integer (default 0)"}
+		}
+		s.Seed = n
+	}
+	return s, nil
 }
 
 func requiredInt(get func(string) string, key string, min int, want string) (int, error) {
@@ -354,6 +435,9 @@ func (c *Config) validate() error {
 	}
 	if c.SchedulerHost == "" || c.SchedulerPort <= 0 || c.SchedulerPort > 65535 {
 		return fmt.Errorf("postoffice: scheduler address %s:%d is invalid: set SchedulerHost and SchedulerPort (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT)", c.SchedulerHost, c.SchedulerPort)
+	}
+	if err := c.Sync.validate(); err != nil {
+		return err
 	}
 	if c.Role != message.RoleScheduler && c.NodeHost == "" {
 		c.NodeHost = "127.0.0.1"

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/syncctl"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -51,6 +52,31 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.True(t, c.KeepMalloc, "PS_ZMQ_TUNE_MALLOC=0")
 }
 
+func TestSyncConfigFromEnv(t *testing.T) {
+	c, err := ConfigFromEnv(envOf(baseEnv()))
+	require.NoError(t, err)
+	assert.Equal(t, SyncConfig{Mode: syncctl.ASP, Staleness: DefaultStaleness, Sigmoid: true}, c.Sync, "defaults")
+
+	env := baseEnv()
+	env["PS_SYNC_MODE"], env["PS_STALENESS"], env["PS_PAUSE_PROB"], env["PS_SYNC_SEED"] = "fluent", "0", "0.25", "-7"
+	c, err = ConfigFromEnv(envOf(env))
+	require.NoError(t, err)
+	assert.Equal(t, SyncConfig{Mode: syncctl.Fluent, Staleness: 0, PauseProb: 0.25, Seed: -7}, c.Sync)
+
+	env["PS_PAUSE_PROB"] = "sigmoid"
+	c, err = ConfigFromEnv(envOf(env))
+	require.NoError(t, err)
+	assert.True(t, c.Sync.Sigmoid)
+}
+
+// A Config built in Go gets its sync parameters checked by New.
+func TestSyncConfigValidate(t *testing.T) {
+	for _, s := range []SyncConfig{{Staleness: -1}, {PauseProb: 2}, {PauseProb: -0.1}, {Mode: syncctl.Fluent + 1}} {
+		assert.Error(t, s.validate(), "%+v", s)
+	}
+	assert.NoError(t, SyncConfig{Mode: syncctl.SSP, Staleness: 2, PauseProb: 1}.validate())
+}
+
 // Each missing or invalid variable is named in one clear message.
 func TestConfigFromEnvErrors(t *testing.T) {
 	cases := []struct {
@@ -68,6 +94,14 @@ func TestConfigFromEnvErrors(t *testing.T) {
 		{"bad hand-over", "PS_INLINE_HANDOVER_US", "-2", "PS_INLINE_HANDOVER_US", "-1 to run every handler on its customer's goroutine"},
 		{"bad van", "DMLC_PS_VAN_TYPE", "carrier-pigeon", "DMLC_PS_VAN_TYPE", "zmq"},
 		{"bad malloc tuning", "PS_ZMQ_TUNE_MALLOC", "yes", "PS_ZMQ_TUNE_MALLOC", "0 or 1"},
+		{"bad sync mode", "PS_SYNC_MODE", "bulk", "PS_SYNC_MODE", `PS_SYNC_MODE="bulk" is invalid: expected asp (the default: never wait), bsp, ssp or fluent`},
+		{"sync mode case", "PS_SYNC_MODE", "BSP", "PS_SYNC_MODE", "bsp, ssp or fluent"},
+		{"negative staleness", "PS_STALENESS", "-1", "PS_STALENESS", "an integer >= 0"},
+		{"fractional staleness", "PS_STALENESS", "1.5", "PS_STALENESS", "an integer >= 0"},
+		{"pause prob above 1", "PS_PAUSE_PROB", "1.5", "PS_PAUSE_PROB", `PS_PAUSE_PROB="1.5" is invalid: expected a probability from 0 to 1, or sigmoid`},
+		{"pause prob NaN", "PS_PAUSE_PROB", "NaN", "PS_PAUSE_PROB", "from 0 to 1, or sigmoid"},
+		{"pause prob word", "PS_PAUSE_PROB", "often", "PS_PAUSE_PROB", "from 0 to 1, or sigmoid"},
+		{"bad seed", "PS_SYNC_SEED", "0x", "PS_SYNC_SEED", "an integer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,310 @@
+package kv
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/metrics"
+	"github.com/elasticps/elasticps/syncctl"
+)
+
+// SyncGate applies a server's synchronization model (package syncctl) to
+// the requests it receives: a RequestGate that asks the controller about
+// each push and pull, parks the ones it holds, and re-admits them
+// (Server.Readmit) when the controller releases them. It only delays
+// requests; the handler and its state never know it is there.
+//
+// NewServerWith installs one by itself when the node's sync mode
+// (postoffice.Config.Sync, PS_SYNC_MODE) is not ASP and no other gate is
+// given; with ASP there is none, and the server behaves as ps-lite's.
+//
+// Order. The controller counts a released push as applied at once, so
+// nothing may be decided until every request it released has run: the
+// gate keeps one queue of requests in the order they must meet the
+// handler — released ones first (they run without asking the controller
+// again), then arrivals it deferred meanwhile (asked when their turn
+// comes) — and re-admits one at a time, recognising it when it comes back
+// (so it is never counted twice). The customer's queue orders by priority;
+// this queue does not let priorities overtake a decision.
+//
+// A worker is (Meta.Sender, Meta.CustomerID); its iteration for the keys
+// of a request is Meta.Ext.Iteration when > 0 (kv.Options.Iteration), else
+// the count of its pushes of those keys.
+type SyncGate struct {
+	s       *Server
+	met     *metrics.SyncMetrics
+	log     func(msg string, args ...any)
+	readmit func(*message.Message) // s.Readmit
+
+	mu         sync.Mutex
+	ctl        *syncctl.Controller
+	nextID     uint64
+	parked     map[uint64]*syncEntry
+	order      []*syncEntry // to run (decided) then to decide, in that order
+	sent       *syncEntry   // re-admitted and not back yet
+	last       syncctl.Stats
+	parkedTime time.Duration
+	closed     bool          // Close: nothing is parked any more
+	final      bool          // Close gave up waiting: what is left was answered with an error
+	drained    chan struct{} // closed once, after Close, when order and sent are empty
+}
+
+// syncEntry is one request the gate holds or will re-admit.
+type syncEntry struct {
+	m       *message.Message
+	pull    bool // a pull (not a push-pull), for the metrics
+	decided bool // the controller let it run: it runs without asking again
+	since   time.Time
+}
+
+// syncCloseWait bounds how long Close waits for the requests it releases
+// to be handled before it answers the rest with an error.
+const syncCloseWait = 5 * time.Second
+
+var _ RequestGate = (*SyncGate)(nil)
+
+// NewSyncGate builds the sync gate of s from its node's Config.Sync and
+// joins every worker node of the job. It is for gates that apply their own
+// decisions first (elastic mode's) and chain this one after them: such a
+// gate calls NewSyncGate from its ServerOptions.Gate function and passes
+// the requests it lets through to SyncGate.Admit. Server.Close closes it,
+// and Server.SyncStats reads it.
+func NewSyncGate(s *Server) (*SyncGate, error) {
+	if s.sync != nil {
+		return nil, errors.New("kv: the server has a sync gate already")
+	}
+	po := s.po
+	sc := po.Config().Sync
+	var src *rand.Rand
+	cfg := syncctl.Config{Mode: sc.Mode, Staleness: sc.Staleness, PauseProb: sc.PauseProb, Sigmoid: sc.Sigmoid,
+		// Called under g.mu only. The node id is known by the first
+		// request, not necessarily when the server is created.
+		Rand: func() float64 {
+			if src == nil {
+				src = rand.New(rand.NewPCG(uint64(sc.Seed), uint64(po.MyNode().ID)))
+			}
+			return src.Float64()
+		}}
+	ctl, err := syncctl.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kv: sync mode %v: %w", sc.Mode, err)
+	}
+	met, err := metrics.NewSyncMetrics(po.Metrics())
+	if err != nil {
+		return nil, fmt.Errorf("kv: sync metrics: %w", err)
+	}
+	g := &SyncGate{s: s, met: met, ctl: ctl, parked: map[uint64]*syncEntry{}, drained: make(chan struct{}),
+		log: po.Logger().Error, readmit: s.Readmit}
+	for _, id := range po.Members(message.WorkerGroup) {
+		ctl.Join(id) // nothing is parked yet: nothing to release
+	}
+	s.sync = g
+	return g, nil
+}
+
+// Admit implements RequestGate; it runs on the server's customer goroutine.
+func (g *SyncGate) Admit(m *message.Message, keys []uint64) (Admitted, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var e *syncEntry
+	if g.sent != nil && g.sent.m == m {
+		e, g.sent = g.sent, nil
+		if g.final {
+			return nil, false // answered by Close already
+		}
+		if !e.decided && len(g.order) > 0 && g.order[0].decided {
+			// released meanwhile (WorkerLeft): those run first
+			g.order = slices.Insert(g.order, g.decidedPrefix(), e)
+			g.kick()
+			return nil, false
+		}
+	} else {
+		if g.final {
+			return nil, true
+		}
+		e = &syncEntry{m: m, pull: m.Meta.Pull && !m.Meta.Push}
+		if g.sent != nil || len(g.order) > 0 {
+			g.order = append(g.order, e)
+			return nil, false
+		}
+	}
+	run := e.decided || g.closed || g.decide(e, keys)
+	if run && !e.since.IsZero() {
+		d := time.Since(e.since)
+		g.parkedTime += d
+		g.met.ObserveParked(e.pull, d)
+	}
+	g.kick()
+	return nil, run
+}
+
+// decide asks the controller about e (g.mu held): true if it runs now; else
+// it is parked.
+func (g *SyncGate) decide(e *syncEntry, keys []uint64) bool {
+	if !slices.IsSorted(keys) { // ps-lite's slicer sends them sorted; a hand-made request may not
+		keys = slices.Clone(keys)
+		slices.Sort(keys)
+	}
+	g.nextID++
+	m := &e.m.Meta
+	r := syncctl.Request{ID: g.nextID, Worker: syncctl.Worker{Node: m.Sender, Customer: m.CustomerID},
+		Push: m.Push, Pull: m.Pull, Keys: keys, Iteration: max(m.Ext.Iteration, 0)}
+	run, released := g.ctl.Admit(r)
+	if !run {
+		e.since = time.Now()
+		g.parked[r.ID] = e
+	}
+	g.release(released)
+	return run
+}
+
+// release moves the controller's released requests, in its order, behind
+// those released before and ahead of every undecided one (g.mu held).
+func (g *SyncGate) release(ids []uint64) {
+	if len(ids) > 0 {
+		at := g.decidedPrefix()
+		run := make([]*syncEntry, 0, len(ids))
+		for _, id := range ids {
+			e, ok := g.parked[id]
+			if !ok {
+				g.log("kv: the sync controller released a request it never parked; ignored", "id", id)
+				continue
+			}
+			delete(g.parked, id)
+			e.decided = true
+			run = append(run, e)
+		}
+		g.order = slices.Insert(g.order, at, run...)
+	}
+	g.observe()
+}
+
+func (g *SyncGate) decidedPrefix() int {
+	n := 0
+	for n < len(g.order) && g.order[n].decided {
+		n++
+	}
+	return n
+}
+
+// kick re-admits the next request in order unless one is on its way
+// (g.mu held).
+func (g *SyncGate) kick() {
+	if g.sent != nil {
+		return
+	}
+	if len(g.order) == 0 {
+		if g.closed {
+			select {
+			case <-g.drained:
+			default:
+				close(g.drained)
+			}
+		}
+		return
+	}
+	g.sent = g.order[0]
+	g.order[0] = nil
+	g.order = g.order[1:]
+	g.readmit(g.sent.m)
+}
+
+// observe brings the metrics up to the controller's counts (g.mu held).
+func (g *SyncGate) observe() {
+	st := g.ctl.Stats()
+	g.met.AddDelayed(true, st.DelayedPulls-g.last.DelayedPulls)
+	g.met.AddDelayed(false, st.DelayedPushes-g.last.DelayedPushes)
+	g.met.Releases.Add(float64(st.Releases - g.last.Releases))
+	g.met.Pauses.Add(float64(st.Pauses - g.last.Pauses))
+	g.met.Parked.Set(float64(st.Parked))
+	g.last = st
+}
+
+// WorkerJoined tells the controller that worker node joined the job (a
+// worker that sends a request joins implicitly anyway).
+func (g *SyncGate) WorkerJoined(node int32) { g.membership(g.ctl.Join, node) }
+
+// WorkerLeft tells the controller that worker node left the job or was
+// declared dead: it no longer holds the others, and its own parked
+// requests are released (answering a dead node just fails to send). Any
+// goroutine may call it.
+func (g *SyncGate) WorkerLeft(node int32) { g.membership(g.ctl.Leave, node) }
+
+// membership applies a Join or Leave of the controller and runs what it
+// releases.
+func (g *SyncGate) membership(change func(int32) []uint64, node int32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.release(change(node))
+		g.kick()
+	}
+}
+
+// Close releases every parked request and waits (a few seconds at most)
+// until each has been handled, so that each is answered exactly once;
+// what could not run by then is answered with an error. Requests arriving
+// afterwards run at once. Server.Close calls it before the server stops
+// handling requests; it must not be called from the customer goroutine.
+func (g *SyncGate) Close() {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.closed = true
+	g.release(g.ctl.Close())
+	g.kick()
+	g.mu.Unlock()
+	t := time.NewTimer(syncCloseWait)
+	defer t.Stop()
+	select {
+	case <-g.drained:
+		return
+	case <-t.C:
+	case <-g.s.c.Closed():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.final = true
+	left := g.order
+	if g.sent != nil {
+		left = append(left, g.sent) // g.sent stays: Admit drops it if it comes back
+	}
+	g.order = nil
+	err := errors.New("the server shut down before this request's turn came (sync gate)")
+	for _, e := range left {
+		if rerr := g.s.ResponseError(requestMeta(e.m), err); rerr != nil {
+			g.log("kv: sync gate: cannot answer a request at shutdown", "err", rerr)
+		}
+	}
+}
+
+// requestMeta is the ReqMeta a response to request m needs.
+func requestMeta(m *message.Message) ReqMeta {
+	return ReqMeta{Cmd: m.Meta.Head, Push: m.Meta.Push, Pull: m.Meta.Pull, Sender: m.Meta.Sender,
+		Timestamp: m.Meta.Timestamp, CustomerID: m.Meta.CustomerID, Priority: m.Meta.Priority}
+}
+
+// Stats returns the controller's counts and the total time requests
+// spent parked (counted when they run).
+func (g *SyncGate) Stats() (syncctl.Stats, time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ctl.Stats(), g.parkedTime
+}
+
+// SyncStats is the server's synchronization record: the sync controller's
+// counts (pulls delayed, ...) and the total time requests spent parked.
+// Zero without a sync gate (ASP).
+func (s *Server) SyncStats() (syncctl.Stats, time.Duration) {
+	if s.sync == nil {
+		return syncctl.Stats{}, 0
+	}
+	return s.sync.Stats()
+}
