@@ -10,6 +10,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/metrics"
+	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/syncctl"
 )
 
@@ -49,9 +50,11 @@ type SyncGate struct {
 	sent       *syncEntry   // re-admitted and not back yet
 	last       syncctl.Stats
 	parkedTime time.Duration
-	closed     bool          // Close: nothing is parked any more
-	final      bool          // Close gave up waiting: what is left was answered with an error
-	drained    chan struct{} // closed once, after Close, when order and sent are empty
+	joined     bool           // joinMembers ran
+	left       map[int32]bool // workers that left before joinMembers ran
+	closed     bool           // Close: nothing is parked any more
+	final      bool           // Close gave up waiting: what is left was answered with an error
+	drained    chan struct{}  // closed once, after Close, when order and sent are empty
 }
 
 // syncEntry is one request the gate holds or will re-admit.
@@ -100,11 +103,30 @@ func NewSyncGate(s *Server) (*SyncGate, error) {
 	}
 	g := &SyncGate{s: s, met: met, ctl: ctl, parked: map[uint64]*syncEntry{}, drained: make(chan struct{}),
 		log: po.Logger().Error, readmit: s.Readmit}
-	for _, id := range po.Members(message.WorkerGroup) {
-		ctl.Join(id) // nothing is parked yet: nothing to release
-	}
 	s.sync = g
+	// A worker that left or died must not hold the others.
+	po.OnNodeGone(func(ev postoffice.NodeEvent) {
+		if ev.Role == message.RoleWorker {
+			g.WorkerLeft(ev.ID)
+		}
+	})
 	return g, nil
+}
+
+// joinMembers joins every worker node of the job, at the first decision:
+// by then the node is connected, so Members knows which ids are aliases of
+// multi-customer processes (they never send; joined, they would hold every
+// round). The caller holds g.mu.
+func (g *SyncGate) joinMembers() {
+	if g.joined {
+		return
+	}
+	g.joined = true
+	for _, id := range g.s.po.Members(message.WorkerGroup) {
+		if !g.left[id] {
+			g.ctl.Join(id) // nothing is parked yet: nothing to release
+		}
+	}
 }
 
 // Admit implements RequestGate; it runs on the server's customer goroutine.
@@ -150,6 +172,7 @@ func (g *SyncGate) decide(e *syncEntry, keys []uint64) bool {
 		keys = slices.Clone(keys)
 		slices.Sort(keys)
 	}
+	g.joinMembers()
 	g.nextID++
 	m := &e.m.Meta
 	r := syncctl.Request{ID: g.nextID, Worker: syncctl.Worker{Node: m.Sender, Customer: m.CustomerID},
@@ -227,19 +250,27 @@ func (g *SyncGate) observe() {
 
 // WorkerJoined tells the controller that worker node joined the job (a
 // worker that sends a request joins implicitly anyway).
-func (g *SyncGate) WorkerJoined(node int32) { g.membership(g.ctl.Join, node) }
+func (g *SyncGate) WorkerJoined(node int32) { g.membership(g.ctl.Join, node, false) }
 
 // WorkerLeft tells the controller that worker node left the job or was
 // declared dead: it no longer holds the others, and its own parked
 // requests are released (answering a dead node just fails to send). Any
 // goroutine may call it.
-func (g *SyncGate) WorkerLeft(node int32) { g.membership(g.ctl.Leave, node) }
+func (g *SyncGate) WorkerLeft(node int32) { g.membership(g.ctl.Leave, node, true) }
 
 // membership applies a Join or Leave of the controller and runs what it
 // releases.
-func (g *SyncGate) membership(change func(int32) []uint64, node int32) {
+func (g *SyncGate) membership(change func(int32) []uint64, node int32, leave bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.left == nil {
+		g.left = map[int32]bool{}
+	}
+	if leave {
+		g.left[node] = true
+	} else {
+		delete(g.left, node)
+	}
 	if !g.closed {
 		g.release(change(node))
 		g.kick()

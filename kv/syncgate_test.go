@@ -406,3 +406,30 @@ func TestSyncGateDefersArrivalsUntilReleasedRequestsRan(t *testing.T) {
 	assert.Equal(t, int64(7), st.Requests, "each of the 7 requests admitted once")
 	assert.Equal(t, int64(1), st.DelayedPushes)
 }
+
+// A worker declared dead (its heartbeats stop) no longer holds the others:
+// the node-gone notice reaches the server's gate, which answers the pull
+// the dead worker held back.
+func TestDeadWorkerNoLongerHoldsBSP(t *testing.T) {
+	j := startJobWith(t, jobtest.Options{Servers: 1, Workers: 2, Configure: func(c *postoffice.Config) {
+		c.Sync = postoffice.SyncConfig{Mode: syncctl.BSP}
+		c.HeartbeatInterval = 100 * time.Millisecond
+		c.HeartbeatTimeout = 500 * time.Millisecond
+	}})
+	var srv *Server
+	j.startServersWith(func(s *Server) { s.SetRequestHandler(NewDefaultHandler().Handle); srv = s })
+	w := j.newWorker(0, 0)
+	keys := []uint64{5}
+	ts, err := Push(w, keys, []float32{1}, nil, Options{})
+	require.NoError(t, err)
+	require.NoError(t, w.Wait(ts))
+	var got []float32
+	ts, err = Pull(w, keys, &got, nil, Options{})
+	require.NoError(t, err)
+	testutil.WaitFor(t, 10*time.Second, func() bool { st, _ := srv.SyncStats(); return st.Parked == 1 },
+		func() string { return "the pull was not parked" })
+	j.Workers[1].Stop() // silent from now on: no Finalize, no goodbye
+	require.NoError(t, testutil.Within(t, 20*time.Second, func() error { return w.Wait(ts) },
+		func() string { return "the pull stayed parked after its holder died" }))
+	assert.Equal(t, []float32{1}, got)
+}

@@ -258,8 +258,11 @@ func (p *Postoffice) GroupContains(group int, id int32) bool {
 
 // Members returns the ids of group that are real nodes: on the scheduler,
 // without the aliases of multi-customer processes (which share another
-// id and receive nothing) and without servers that left the job. Elsewhere,
-// and on the scheduler before Start and after Stop, it is the whole group.
+// id and receive nothing) and without servers that left the job. Elsewhere
+// it is the group without aliases once the node is connected (an alias
+// shares its address with the id the node connected to), and the whole
+// group before that; on the scheduler before Start and after Stop, the
+// whole group.
 func (p *Postoffice) Members(group int) []int32 {
 	var out []int32
 	if p.driver.query(func(s *scheduler.State) {
@@ -271,7 +274,21 @@ func (p *Postoffice) Members(group int) []int32 {
 	}) {
 		return out
 	}
-	return append(out, p.groups[group]...)
+	if !p.isReady() {
+		return append(out, p.groups[group]...)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	live := make(map[int32]bool, len(p.connected))
+	for _, id := range p.connected {
+		live[id] = true
+	}
+	for _, id := range p.groups[group] {
+		if live[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // IsStandby reports whether this node joined the running job as a standby
