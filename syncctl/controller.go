@@ -190,20 +190,29 @@ func (c *Controller) admitPull(r Request) bool {
 			}
 		}
 	case Fluent:
+		// One pause decision per request (a server's pull of its shard),
+		// not one per key: a request of n blocks would otherwise be held
+		// with probability 1-(1-p)^n. It is taken at the key where the
+		// worker is fastest with the largest gap, and that key's next
+		// t_min advance releases it.
 		s := c.cfg.Staleness
+		var at *keyState
+		var gap int64
 		for _, k := range r.Keys {
 			ks := c.key(k)
 			e := c.entryOf(ks, r.Worker)
-			gap := pullIter(e, r) - ks.tmin
-			if gap < s || e.clock != ks.tmax() {
-				continue
+			g := pullIter(e, r) - ks.tmin
+			if g >= s && e.clock == ks.tmax() && (at == nil || g > gap) {
+				at, gap = ks, g
 			}
+		}
+		if at != nil {
 			p := c.cfg.PauseProb
 			if c.cfg.Sigmoid {
 				p = 1 / (1 + math.Exp(float64(s-gap)))
 			}
 			if c.cfg.Rand() < p {
-				c.park(r, ks)
+				c.park(r, at)
 				c.stats.DelayedPulls++
 				c.stats.Pauses++
 				return false

@@ -274,6 +274,28 @@ func TestFluentSigmoid(t *testing.T) {
 	}
 }
 
+// A pull of several blocks meets one pause decision, not one per block
+// (which would hold it with probability 1-(1-p)^n): drawn at the block
+// with the largest gap, whose next t_min advance releases it.
+func TestFluentDrawsOncePerRequest(t *testing.T) {
+	const s = 2
+	u := math.Nextafter(1/(1+math.Exp(float64(s-5))), 0) // just below p at gap 5, above p at gap 3
+	draws := &script{t: t, vals: []float64{u}}
+	m := newSim(t, Config{Mode: Fluent, Staleness: s, Sigmoid: true, Rand: draws.rand}, 1, 2)
+	for range 3 {
+		m.play(push(1, true).on(1))
+	}
+	for range 5 {
+		m.play(push(1, true).on(2))
+	}
+	m.play(
+		pull(1, false).on(1, 2), // 9: gaps 3 and 5, the fastest on both: one draw, at gap 5
+		push(2, true).on(1),     // 10: key 1's t_min advances: not the key that holds it
+		push(2, true, 9).on(2),  // 11: key 2's does
+	)
+	assert.Equal(t, 1, draws.drawn)
+}
+
 func TestFluentReleasesEveryPullParkedOnTheAdvanceInOneBatch(t *testing.T) {
 	draws := &script{t: t, vals: []float64{0, 0, 0}}
 	m := newSim(t, Config{Mode: Fluent, Staleness: 1, PauseProb: 0.5, Rand: draws.rand}, 1, 2, 3)

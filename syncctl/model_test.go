@@ -202,14 +202,20 @@ func (m *model) admit(r Request) (run bool, fluentReleased []uint64) {
 	}
 	if m.cfg.Mode == Fluent {
 		if !r.Push {
+			// one draw per request, at the first key with the largest
+			// gap among those where the worker is the fastest at gap >= s
+			best := -1
+			var bestGap int64
 			for j, k := range r.Keys {
 				gap := p.iters[j] - s.tmin(k)
-				if gap < m.cfg.Staleness || s.keys[k][r.Worker].clock != s.tmax(k) {
-					continue
+				if gap >= m.cfg.Staleness && s.keys[k][r.Worker].clock == s.tmax(k) && (best < 0 || gap > bestGap) {
+					best, bestGap = j, gap
 				}
+			}
+			if best >= 0 {
 				prob := m.cfg.PauseProb
 				if m.cfg.Sigmoid {
-					prob = sigmoidModel(m.cfg.Staleness, gap)
+					prob = sigmoidModel(m.cfg.Staleness, bestGap)
 				}
 				if m.drawn >= len(m.draws) {
 					panic("the model draws more often than the controller")
@@ -217,7 +223,7 @@ func (m *model) admit(r Request) (run bool, fluentReleased []uint64) {
 				u := m.draws[m.drawn]
 				m.drawn++
 				if u < prob {
-					p.hold = k
+					p.hold = r.Keys[best]
 					m.parked = append(m.parked, p)
 					return false, nil
 				}
