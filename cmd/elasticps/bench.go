@@ -39,7 +39,7 @@ func runBench(ctx context.Context, args []string) error {
 func parseBenchArgs(args []string) (bench.Config, error) {
 	o := bench.Config{}
 	fs := flag.NewFlagSet("elasticps bench", flag.ContinueOnError)
-	van := fs.String("van", "all", "transport: zmq, tcp, fabric or ibverbs (-tags rdma builds), or all")
+	van := fs.String("van", "all", "transport: zmq, tcp, fabric or ibverbs (builds with the rdma tag), or all")
 	topo := fs.String("topo", "1x1,2x2", "comma-separated SxW topologies (servers x workers)")
 	sizes := fs.String("sizes", "4KB,256KB,4MB", "comma-separated value sizes per operation")
 	ops := fs.String("ops-kind", "push,pull", "comma-separated operations: push, pull")
