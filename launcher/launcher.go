@@ -432,12 +432,18 @@ func (j *Job) plan(port int) ([]*proc, []string, error) {
 		n    int
 	}{{RoleScheduler, 1}, {RoleServer, j.NumServers}, {RoleWorker, workerProcs}}
 	total := 1 + j.NumServers + workerProcs
+	shown := uri // what the nodes are told, which Env may override
+	for _, kv := range j.Env {
+		if v, ok := strings.CutPrefix(kv, "DMLC_PS_ROOT_URI="); ok {
+			shown = v
+		}
+	}
 	info := []string{fmt.Sprintf("scheduler at %s (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT): 1 scheduler, %s, %s",
-		net.JoinHostPort(uri, strconv.Itoa(port)), count(j.NumServers, "server"), count(workerProcs, "worker process"))}
+		net.JoinHostPort(shown, strconv.Itoa(port)), count(j.NumServers, "server"), count(workerProcs, "worker process"))}
 	if v, _ := j.lookupEnv("PS_ELASTIC"); v != "" && v != "0" {
 		ctl, ok := j.lookupEnv("PS_CTL_ADDR")
 		if !ok || ctl == "" {
-			ctl = net.JoinHostPort(uri, strconv.Itoa(port+1))
+			ctl = net.JoinHostPort(shown, strconv.Itoa(port+1))
 		}
 		info = append(info, fmt.Sprintf("control API at %s: elasticps ctl --addr %s status", ctl, ctl))
 	}
