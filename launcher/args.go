@@ -10,17 +10,26 @@ import (
 
 // Usage documents the command line that ParseArgs accepts. The CLI prints
 // it for -h and after a parse error.
-const Usage = `Usage: elasticps local -s NUM_SERVERS -w NUM_WORKERS [options] -- CMD [ARGS...]
+const Usage = `usage: elasticps local -s NUM_SERVERS -w NUM_WORKERS [options] -- CMD [ARGS...]
 
 Runs a whole ps-lite job on this machine, like ps-lite's tests/local.sh: one
 scheduler, then NUM_SERVERS servers, then NUM_WORKERS workers, each running
 CMD ARGS with DMLC_ROLE, DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_PS_ROOT_URI
-(127.0.0.1) and DMLC_PS_ROOT_PORT set, plus ELASTICPS_LOCAL_INDEX (the launch
-index within the role; ranks are assigned by the scheduler, so DMLC_RANK is
-not set). Every output line is prefixed with its process, e.g. "[worker 1] ".
+and DMLC_NODE_HOST (127.0.0.1) and DMLC_PS_ROOT_PORT set, plus
+ELASTICPS_LOCAL_INDEX (the launch index within the role; ranks are assigned
+by the scheduler, so DMLC_RANK is not set). --env overrides any of them.
+
+Every output line is prefixed with its process: "[worker 1] ", and
+"[worker 1 rank 0] " once an elasticps node (Go, or C++ through the bridge)
+knows its rank. The launcher's own lines, on stderr, start with
+"[launcher] ": the scheduler's address, the control API's when PS_ELASTIC=1,
+and, with --env PS_METRICS_ADDR=HOST:PORT, every process's metrics endpoint
+(PORT, PORT+1, ... in launch order; port 0 lets each node pick one).
 
 If any process fails, the whole job is stopped (SIGTERM, then SIGKILL after
-the grace period) and the exit status is reported. Ctrl-C stops the job too.
+the grace period) and the exit status is reported. Ctrl-C stops the job too;
+if the launcher itself is killed, its processes die with it (Linux). A closed
+stdout (elasticps local ... | head) only drops the output.
 
 Options:
   -s N                  number of servers (required; 0 is allowed)
@@ -31,7 +40,8 @@ Options:
                         (CMD is one string split into words like a shell does:
                         spaces separate, '...' and "..." quote, \ escapes)
   --env KEY=VALUE       extra environment variable for every process; repeatable
-  --port P              scheduler port (default: a free port)
+  --port P              scheduler port; the control API is at P+1 (default: a
+                        free port P with P+1 free too)
   --worker-procs N      start N worker processes instead of NUM_WORKERS, for
                         programs that register several workers per process
   --timeout D           kill the job and fail after duration D, e.g. 90s or 5m

@@ -9,6 +9,7 @@
 package launcher
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -16,9 +17,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +40,20 @@ const (
 
 // ErrTimeout is wrapped by the error Run returns when Job.Timeout expires.
 var ErrTimeout = errors.New("launcher: job timed out")
+
+// ReportFDEnv names the pipe on which a child may tell the launcher what it
+// learns at run time, one line per fact. Its value is "FD:INODE": the
+// child's descriptor (always 3) and the pipe's inode, so that a process
+// which inherited the variable but not the pipe (its descriptor 3 is
+// something else) can tell and writes nothing. The only fact so far is
+// "rank R", written by an elasticps node (Go, or C++ through the bridge)
+// once the scheduler has assigned its rank; the launcher then shows the
+// rank in the process's output prefix. Programs that know nothing of it
+// leave the descriptor alone.
+const ReportFDEnv = "ELASTICPS_LAUNCHER_FD"
+
+// reportFD is the descriptor ReportFDEnv names: the first of ExtraFiles.
+const reportFD = 3
 
 // Job describes a local ps-lite job. The zero value of every optional field
 // means "use the default" so that a struct literal with only NumServers,
@@ -62,8 +79,12 @@ type Job struct {
 	ExtraEnv func(role string, index int) []string
 
 	// RootURI is the scheduler host (DMLC_PS_ROOT_URI); "" means 127.0.0.1.
+	// Servers and workers advertise it too (DMLC_NODE_HOST), since the
+	// whole job runs on this machine; Env can override that.
 	RootURI string
-	// RootPort is the scheduler port (DMLC_PS_ROOT_PORT); 0 picks a free one.
+	// RootPort is the scheduler port (DMLC_PS_ROOT_PORT); 0 picks a free
+	// one whose successor is free too, for an elastic scheduler's control
+	// API (PS_CTL_ADDR's default is DMLC_PS_ROOT_PORT+1).
 	RootPort int
 
 	// WorkerProcesses is the number of worker processes to launch when it
@@ -77,9 +98,16 @@ type Job struct {
 	// means os.Stdout / os.Stderr. Writes are serialized, so a plain
 	// bytes.Buffer is fine (read it after Run returns).
 	Stdout, Stderr io.Writer
-	// NoPrefix turns off the "[worker 1] " line prefixes. (It is a negative
-	// flag so that the zero Job gets the useful default of prefixed lines.)
+	// NoPrefix turns off the "[worker 1 rank 0] " line prefixes. (It is a
+	// negative flag so that the zero Job gets the useful default of
+	// prefixed lines.)
 	NoPrefix bool
+	// Info, if non-nil, receives the launcher's own lines, each starting
+	// with "[launcher] ": the scheduler's address, the control API's in an
+	// elastic job (PS_ELASTIC), every node's metrics endpoint (PS_METRICS_ADDR),
+	// and a note if Stdout or Stderr breaks. `elasticps local` sets it to
+	// stderr.
+	Info io.Writer
 
 	// KillGrace is how long processes get between SIGTERM and SIGKILL when
 	// the job is torn down; 0 means DefaultKillGrace (3s).
@@ -95,6 +123,7 @@ type Job struct {
 type ProcessError struct {
 	Role  string // RoleScheduler, RoleServer or RoleWorker
 	Index int    // launch index within the role (not the ps-lite rank)
+	Rank  int    // the ps-lite rank the process reported; -1 if none
 	Pid   int
 	// State is the process's exit state; nil only if waiting for it failed
 	// (then Err says why).
@@ -103,7 +132,7 @@ type ProcessError struct {
 }
 
 func (e *ProcessError) Error() string {
-	name := procName(e.Role, e.Index)
+	name := procName(e.Role, e.Index, e.Rank)
 	if e.State == nil {
 		return fmt.Sprintf("%s (pid %d): %v", name, e.Pid, e.Err)
 	}
@@ -121,50 +150,50 @@ func (e *ProcessError) ExitCode() int {
 }
 
 // Validate reports the first problem that would stop Run from starting the
-// job. Messages name both the Job field and the `elasticps local` flag so
-// they are actionable from either side.
+// job. Messages say what is wrong in words and name the `elasticps local`
+// flag; each Job field's comment names its flag too.
 func (j *Job) Validate() error {
 	switch {
 	case j.NumServers < 0:
-		return fmt.Errorf("launcher: NumServers (-s) is %d; it must be 0 or more", j.NumServers)
+		return fmt.Errorf("launcher: the number of servers (-s) is %d; it must be 0 or more", j.NumServers)
 	case j.NumWorkers < 0:
-		return fmt.Errorf("launcher: NumWorkers (-w) is %d; it must be 0 or more", j.NumWorkers)
+		return fmt.Errorf("launcher: the number of workers (-w) is %d; it must be 0 or more", j.NumWorkers)
 	case j.NumServers+j.NumWorkers == 0:
-		return errors.New("launcher: the job has no servers and no workers; set NumServers (-s) or NumWorkers (-w) to at least 1")
+		return errors.New("launcher: the job has no servers and no workers; give -s or -w a count of at least 1")
 	case j.WorkerProcesses < 0:
-		return fmt.Errorf("launcher: WorkerProcesses (--worker-procs) is %d; it must be 0 (one process per worker) or more", j.WorkerProcesses)
+		return fmt.Errorf("launcher: --worker-procs is %d; it must be 0 (one process per worker) or more", j.WorkerProcesses)
 	case j.WorkerProcesses > j.NumWorkers:
 		// Every worker process registers at least once, so the scheduler
 		// would reject the surplus processes.
-		return fmt.Errorf("launcher: WorkerProcesses (--worker-procs) is %d but NumWorkers (-w) is only %d; each worker process registers at least one worker, so use at most %d processes",
+		return fmt.Errorf("launcher: --worker-procs is %d but -w is only %d; each worker process registers at least one worker, so use at most %d processes",
 			j.WorkerProcesses, j.NumWorkers, j.NumWorkers)
 	case j.RootPort < 0 || j.RootPort > 65535:
-		return fmt.Errorf("launcher: RootPort (--port) is %d; it must be a TCP port 1-65535, or 0 to pick a free one", j.RootPort)
+		return fmt.Errorf("launcher: --port is %d; it must be a TCP port 1-65535, or 0 to pick a free one", j.RootPort)
 	case j.KillGrace < 0:
-		return fmt.Errorf("launcher: KillGrace (--kill-grace) is %v; it must be 0 (default %v) or positive", j.KillGrace, DefaultKillGrace)
+		return fmt.Errorf("launcher: --kill-grace is %v; it must be 0 (default %v) or positive", j.KillGrace, DefaultKillGrace)
 	case j.Timeout < 0:
-		return fmt.Errorf("launcher: Timeout (--timeout) is %v; it must be 0 (no timeout) or positive", j.Timeout)
+		return fmt.Errorf("launcher: --timeout is %v; it must be 0 (no timeout) or positive", j.Timeout)
 	}
-	if err := checkEnv(j.Env, "Env (--env)"); err != nil {
+	if err := checkEnv(j.Env, "--env"); err != nil {
 		return err
 	}
 	if len(j.Command) == 0 && len(j.SchedulerCommand) == 0 && len(j.ServerCommand) == 0 && len(j.WorkerCommand) == 0 {
-		return errors.New("launcher: no command to run; set Command (on the command line: put CMD ARGS after --)")
+		return errors.New("launcher: no command to run; put the program and its arguments after --, e.g. elasticps local -s 1 -w 2 -- ./prog")
 	}
 	for _, r := range []struct {
-		role, field, flag string
-		n                 int
+		role, flag string
+		n          int
 	}{
-		{RoleScheduler, "SchedulerCommand", "--scheduler-cmd", 1},
-		{RoleServer, "ServerCommand", "--server-cmd", j.NumServers},
-		{RoleWorker, "WorkerCommand", "--worker-cmd", j.NumWorkers},
+		{RoleScheduler, "--scheduler-cmd", 1},
+		{RoleServer, "--server-cmd", j.NumServers},
+		{RoleWorker, "--worker-cmd", j.NumWorkers},
 	} {
 		if r.n == 0 {
 			continue // that role has no processes, so it needs no command
 		}
 		argv := j.command(r.role)
 		if len(argv) == 0 {
-			return fmt.Errorf("launcher: no command for the %s; set Command (CMD after --) or %s (%s)", r.role, r.field, r.flag)
+			return fmt.Errorf("launcher: no command for the %s; put the program after -- or give %s", r.role, r.flag)
 		}
 		if argv[0] == "" {
 			return fmt.Errorf("launcher: the %s command %q starts with an empty program name", r.role, argv)
@@ -200,20 +229,32 @@ func (j *Job) command(role string) []string {
 	return j.Command
 }
 
-func procName(role string, index int) string {
+// procName names a process in prefixes and errors: "scheduler", "server 0",
+// or "worker 1 rank 0" once the worker has reported its rank (rank >= 0).
+// The launch index stays first so a process keeps its place in the output.
+func procName(role string, index, rank int) string {
 	if role == RoleScheduler {
 		return RoleScheduler // there is only ever one
 	}
-	return role + " " + strconv.Itoa(index)
+	name := role + " " + strconv.Itoa(index)
+	if rank >= 0 {
+		name += " rank " + strconv.Itoa(rank)
+	}
+	return name
 }
 
 // proc is one child process of a running job.
 type proc struct {
 	role  string
 	index int
-	name  string // "worker 1": used in prefixes and errors
+	name  string // "worker 1": used in errors until the rank is known
 	argv  []string
 	env   []string
+	// rank is the ps-lite rank the process reported on its report pipe,
+	// -1 until then; prefix is its output prefix. Both are written by the
+	// report reader and read by the output copiers.
+	rank   atomic.Int64
+	prefix atomic.Pointer[string]
 
 	cmd       *exec.Cmd
 	pgid      int
@@ -221,6 +262,31 @@ type proc struct {
 	groupGone bool // the process group is known to be empty; never signal it again
 	stdoutR   *os.File
 	stderrR   *os.File
+	reportR   *os.File
+}
+
+// setRank records the rank the process reported and shows it in the
+// prefix of its later lines.
+func (p *proc) setRank(rank int, prefixed bool) {
+	p.rank.Store(int64(rank))
+	if prefixed {
+		pre := "[" + procName(p.role, p.index, rank) + "] "
+		p.prefix.Store(&pre)
+	}
+}
+
+// readReports reads the process's report pipe (see ReportFDEnv) until every
+// writer closed it. Lines it does not understand are ignored, so that newer
+// nodes can report more.
+func (p *proc) readReports(r io.Reader, prefixed bool) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "rank "); ok {
+			if rank, err := strconv.Atoi(v); err == nil && rank >= 0 {
+				p.setRank(rank, prefixed)
+			}
+		}
+	}
 }
 
 type exitEvent struct {
@@ -261,16 +327,16 @@ func (j *Job) Run(ctx context.Context) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("launcher: job not started: %w", err)
+		return &stoppedError{cause: context.Cause(ctx), err: err, early: true}
 	}
 	port := j.RootPort
 	if port == 0 {
 		var err error
-		if port, err = freePort(); err != nil {
+		if port, err = freePortPair(); err != nil {
 			return err
 		}
 	}
-	procs, err := j.plan(port)
+	procs, info, err := j.plan(port)
 	if err != nil {
 		return err
 	}
@@ -288,19 +354,71 @@ func (j *Job) Run(ctx context.Context) error {
 	r := &runner{
 		procs:   procs,
 		out:     &lineOutput{},
-		stdout:  stdout,
-		stderr:  stderr,
+		stdout:  &sink{w: stdout, name: "stdout"},
+		stderr:  &sink{w: stderr, name: "stderr"},
 		prefix:  !j.NoPrefix,
 		grace:   grace,
 		timeout: j.Timeout,
 	}
+	if j.Info != nil {
+		r.info = &sink{w: j.Info, name: "info"}
+		r.out.onBroken = func(s *sink) {
+			if s != r.info {
+				r.out.write(r.info, []byte(infoPrefix+s.name+" is closed (broken pipe): the job runs on, its "+s.name+" is dropped\n"))
+			}
+		}
+		r.out.mu.Lock()
+		for _, line := range info {
+			r.out.write(r.info, []byte(infoPrefix+line+"\n"))
+		}
+		r.out.mu.Unlock()
+	}
 	return r.run(ctx)
+}
+
+// infoPrefix starts every line the launcher itself writes to Job.Info.
+const infoPrefix = "[launcher] "
+
+// lookupEnv is the value a variable has for every process of the job: the
+// last entry of Env, else the launcher's own environment.
+func (j *Job) lookupEnv(key string) (string, bool) {
+	for _, kv := range slices.Backward(j.Env) {
+		if k, v, _ := strings.Cut(kv, "="); k == key {
+			return v, true
+		}
+	}
+	return os.LookupEnv(key)
+}
+
+// metricsAddrs gives each of n processes its own PS_METRICS_ADDR when the
+// job has one with a fixed port: base port + launch position (scheduler
+// first), since all of them bind on this machine. A port of 0 already gives
+// every node a free port of its own, and an address that does not parse is
+// left to the nodes to report; both yield nil.
+func metricsAddrs(addr string, n int) ([]string, error) {
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil
+	}
+	base, err := strconv.Atoi(portStr)
+	if err != nil || base == 0 {
+		return nil, nil
+	}
+	if base < 0 || base+n-1 > 65535 {
+		return nil, fmt.Errorf("launcher: PS_METRICS_ADDR=%s: the job needs %d metrics ports from %d on, one per process; use a base port of at most %d, or port 0 for free ports",
+			addr, n, base, 65535-n+1)
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = net.JoinHostPort(host, strconv.Itoa(base+i))
+	}
+	return out, nil
 }
 
 // plan builds every process's argv and environment before anything starts,
 // so that a bad ExtraEnv entry fails the job without leaving half of it
-// running.
-func (j *Job) plan(port int) ([]*proc, error) {
+// running. It also returns the lines that tell the user what it chose.
+func (j *Job) plan(port int) ([]*proc, []string, error) {
 	uri := j.RootURI
 	if uri == "" {
 		uri = DefaultRootURI
@@ -309,76 +427,132 @@ func (j *Job) plan(port int) ([]*proc, error) {
 	if workerProcs == 0 {
 		workerProcs = j.NumWorkers
 	}
+	roles := []struct {
+		role string
+		n    int
+	}{{RoleScheduler, 1}, {RoleServer, j.NumServers}, {RoleWorker, workerProcs}}
+	total := 1 + j.NumServers + workerProcs
+	shown := uri // what the nodes are told, which Env may override
+	for _, kv := range j.Env {
+		if v, ok := strings.CutPrefix(kv, "DMLC_PS_ROOT_URI="); ok {
+			shown = v
+		}
+	}
+	info := []string{fmt.Sprintf("scheduler at %s (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT): 1 scheduler, %s, %s",
+		net.JoinHostPort(shown, strconv.Itoa(port)), count(j.NumServers, "server"), count(workerProcs, "worker process"))}
+	if v, _ := j.lookupEnv("PS_ELASTIC"); v != "" && v != "0" {
+		ctl, ok := j.lookupEnv("PS_CTL_ADDR")
+		if !ok || ctl == "" {
+			ctl = net.JoinHostPort(shown, strconv.Itoa(port+1))
+		}
+		info = append(info, fmt.Sprintf("control API at %s: elasticps ctl --addr %s status", ctl, ctl))
+	}
+	metricsAddr, _ := j.lookupEnv("PS_METRICS_ADDR")
+	metrics, err := metricsAddrs(metricsAddr, total)
+	if err != nil {
+		return nil, nil, err
+	}
+	var endpoints []string
 	parent := os.Environ()
 	var procs []*proc
-	add := func(role string, n int) error {
-		for i := range n {
+	for _, r := range roles {
+		for i := range r.n {
 			// Later entries win (os/exec keeps the last value of a
 			// duplicated key), giving the documented precedence:
 			// parent < launcher's DMLC_* < Env < ExtraEnv.
 			env := append([]string(nil), parent...)
 			env = append(env,
-				"DMLC_ROLE="+role,
+				"DMLC_ROLE="+r.role,
 				"DMLC_NUM_SERVER="+strconv.Itoa(j.NumServers),
 				"DMLC_NUM_WORKER="+strconv.Itoa(j.NumWorkers),
 				"DMLC_PS_ROOT_URI="+uri,
 				"DMLC_PS_ROOT_PORT="+strconv.Itoa(port),
+				// The job runs on this machine: without it a node would
+				// advertise its first non-loopback address.
+				"DMLC_NODE_HOST="+uri,
 				// Informational only. DMLC_RANK is deliberately not set:
 				// ranks are assigned by the scheduler at registration and
 				// need not match launch order.
 				"ELASTICPS_LOCAL_INDEX="+strconv.Itoa(i),
 			)
 			env = append(env, j.Env...)
+			if metrics != nil {
+				addr := metrics[len(procs)]
+				env = append(env, "PS_METRICS_ADDR="+addr)
+				_, port, _ := net.SplitHostPort(addr)
+				endpoints = append(endpoints, procName(r.role, i, -1)+" "+port)
+			}
 			if j.ExtraEnv != nil {
-				extra := j.ExtraEnv(role, i)
-				if err := checkEnv(extra, fmt.Sprintf("ExtraEnv(%q, %d)", role, i)); err != nil {
-					return err
+				extra := j.ExtraEnv(r.role, i)
+				if err := checkEnv(extra, fmt.Sprintf("ExtraEnv(%q, %d)", r.role, i)); err != nil {
+					return nil, nil, err
 				}
 				env = append(env, extra...)
 			}
-			procs = append(procs, &proc{
-				role:  role,
+			p := &proc{
+				role:  r.role,
 				index: i,
-				name:  procName(role, i),
-				argv:  j.command(role),
+				name:  procName(r.role, i, -1),
+				argv:  j.command(r.role),
 				env:   env,
-			})
-		}
-		return nil
-	}
-	// Launch order: the scheduler first because every other node connects
-	// to it, then servers before workers as local.sh does.
-	for _, r := range []struct {
-		role string
-		n    int
-	}{{RoleScheduler, 1}, {RoleServer, j.NumServers}, {RoleWorker, workerProcs}} {
-		if err := add(r.role, r.n); err != nil {
-			return nil, err
+			}
+			p.rank.Store(-1)
+			procs = append(procs, p)
 		}
 	}
-	return procs, nil
+	switch {
+	case metrics != nil:
+		host, _, _ := net.SplitHostPort(metrics[0])
+		info = append(info, fmt.Sprintf("metrics (PS_METRICS_ADDR, one port per process) at http://%s/metrics: %s",
+			net.JoinHostPort(host, "PORT"), strings.Join(endpoints, ", ")))
+	case metricsAddr != "":
+		info = append(info, "metrics (PS_METRICS_ADDR="+metricsAddr+"): every node logs the address it serves")
+	}
+	return procs, info, nil
 }
 
-// freePort asks the kernel for an unused port. It is released again before
-// the scheduler binds it, so another program could grab it in between; that
-// race is accepted (it is what everyone does for local test jobs) and shows
-// up as a scheduler bind error, which fails the job visibly.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("launcher: cannot pick a free scheduler port (%v); set RootPort (--port)", err)
+// count words n things: "1 server", "2 servers".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		return 0, fmt.Errorf("launcher: cannot release the probe port %d: %v", port, err)
+	if strings.HasSuffix(thing, "s") {
+		return strconv.Itoa(n) + " " + thing + "es"
 	}
-	return port, nil
+	return strconv.Itoa(n) + " " + thing + "s"
+}
+
+// freePortPair asks the kernel for an unused port whose successor is
+// unused too: the scheduler's, and its control API's in an elastic job.
+// Both are released again before the scheduler binds them, so another
+// program could grab one in between; that race is accepted (it is what
+// everyone does for local test jobs) and shows up as a scheduler bind
+// error, which fails the job visibly.
+func freePortPair() (int, error) {
+	var err error
+	for range 20 {
+		var l, next net.Listener
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			break
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port < 65535 {
+			next, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
+		}
+		_ = l.Close()
+		if next != nil {
+			_ = next.Close()
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("launcher: cannot pick a free scheduler port (%v); give one with --port", err)
 }
 
 type runner struct {
 	procs          []*proc
 	out            *lineOutput
-	stdout, stderr io.Writer
+	stdout, stderr *sink
+	info           *sink // nil: Job.Info not set
 	prefix         bool
 	grace, timeout time.Duration
 	readers        sync.WaitGroup
@@ -388,41 +562,53 @@ type runner struct {
 // pipes are ours rather than exec's (cmd.Stdout = non-*os.File writer) so
 // that cmd.Wait returns when the process exits, even if a grandchild still
 // holds the pipe open; the readers then run until the last writer is gone.
+// A third pipe, the child's descriptor 3, carries its reports (ReportFDEnv).
 func (r *runner) start(p *proc) error {
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return err
+	var reads, writes []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			f.Close()
+		}
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return err
+	for range 3 {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			closeAll(reads)
+			closeAll(writes)
+			return err
+		}
+		reads, writes = append(reads, rd), append(writes, wr)
 	}
 	p.cmd = exec.Command(p.argv[0], p.argv[1:]...)
-	p.cmd.Env = p.env
-	p.cmd.Stdout = outW
-	p.cmd.Stderr = errW
+	// Set last, so that a stale value from the environment cannot point
+	// at another pipe.
+	p.cmd.Env = append(p.env, ReportFDEnv+"="+strconv.Itoa(reportFD)+":"+pipeID(writes[2]))
+	p.cmd.Stdout = writes[0]
+	p.cmd.Stderr = writes[1]
+	p.cmd.ExtraFiles = writes[2:] // becomes reportFD
 	setProcessGroup(p.cmd)
-	err = p.cmd.Start()
+	err := p.cmd.Start()
 	// The child has its own copies now; ours must be closed or the readers
 	// would never see EOF.
-	outW.Close()
-	errW.Close()
+	closeAll(writes)
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		closeAll(reads)
 		return err
 	}
 	p.pgid = p.cmd.Process.Pid // Setpgid(0): the child leads a group with its own pid
-	p.stdoutR, p.stderrR = outR, errR
-	prefix := ""
+	p.stdoutR, p.stderrR, p.reportR = reads[0], reads[1], reads[2]
+	pre := ""
 	if r.prefix {
-		prefix = "[" + p.name + "] "
+		pre = "[" + p.name + "] "
 	}
+	p.prefix.Store(&pre)
+	prefix := func() string { return *p.prefix.Load() }
 	r.readers.Add(2)
-	go func() { defer r.readers.Done(); r.out.copyLines(r.stdout, outR, prefix) }()
-	go func() { defer r.readers.Done(); r.out.copyLines(r.stderr, errR, prefix) }()
+	go func() { defer r.readers.Done(); r.out.copyLines(r.stdout, p.stdoutR, prefix) }()
+	go func() { defer r.readers.Done(); r.out.copyLines(r.stderr, p.stderrR, prefix) }()
+	// Not waited for: reports are optional, and a grandchild that keeps
+	// the pipe open must not delay Run; closeReadEnds ends it.
+	go p.readReports(p.reportR, r.prefix)
 	return nil
 }
 
@@ -504,13 +690,13 @@ func (r *runner) run(ctx context.Context) error {
 		case <-done:
 			done = nil
 			if cause == nil {
-				cause = fmt.Errorf("launcher: job canceled, all processes killed: %w", ctx.Err())
+				cause = &stoppedError{cause: context.Cause(ctx), err: ctx.Err()}
 				beginKill()
 			}
 		case <-timeoutC:
 			timeoutC = nil
 			if cause == nil {
-				cause = fmt.Errorf("%w after %v (Timeout, --timeout); all processes killed", ErrTimeout, r.timeout)
+				cause = fmt.Errorf("%w: it did not finish within %v (--timeout); all processes were killed", ErrTimeout, r.timeout)
 				beginKill()
 			}
 		case <-tickC:
@@ -550,13 +736,38 @@ func (r *runner) waitReaders() {
 func (r *runner) closeReadEnds(p *proc) {
 	// Closing an *os.File pipe unblocks a concurrent Read; closing twice
 	// just returns an error, which is irrelevant here.
-	if p.stdoutR != nil {
-		p.stdoutR.Close()
-	}
-	if p.stderrR != nil {
-		p.stderrR.Close()
+	for _, f := range []*os.File{p.stdoutR, p.stderrR, p.reportR} {
+		if f != nil {
+			f.Close()
+		}
 	}
 }
+
+// stoppedError is Run's error when its context ends: it wraps ctx.Err()
+// but says what stopped the job in words ("interrupt signal received")
+// rather than "context canceled".
+type stoppedError struct {
+	cause, err error
+	early      bool // before any process started
+}
+
+func (e *stoppedError) Error() string {
+	msg := "launcher: the job was stopped"
+	if e.early {
+		msg = "launcher: the job was stopped before it started"
+	}
+	if e.cause != nil && e.cause != e.err {
+		msg += " (" + e.cause.Error() + ")"
+	} else if errors.Is(e.err, context.DeadlineExceeded) {
+		msg += " (its deadline passed)"
+	}
+	if !e.early {
+		msg += "; all processes were killed"
+	}
+	return msg
+}
+
+func (e *stoppedError) Unwrap() error { return e.err }
 
 // exitError turns a process's exit into the error Run reports, or nil for
 // a clean exit.
@@ -564,7 +775,7 @@ func exitError(p *proc, waitErr error) error {
 	if waitErr == nil {
 		return nil
 	}
-	pe := &ProcessError{Role: p.role, Index: p.index, Pid: p.cmd.Process.Pid, State: p.cmd.ProcessState}
+	pe := &ProcessError{Role: p.role, Index: p.index, Rank: int(p.rank.Load()), Pid: p.cmd.Process.Pid, State: p.cmd.ProcessState}
 	var ee *exec.ExitError
 	if !errors.As(waitErr, &ee) {
 		pe.Err = waitErr

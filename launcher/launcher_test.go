@@ -330,7 +330,7 @@ func TestRunTimeout(t *testing.T) {
 	}
 	err := waitRun(t, runAsync(context.Background(), j))
 	require.ErrorIs(t, err, ErrTimeout)
-	assert.ErrorContains(t, err, "timed out after 300ms", "the error says how long the timeout was")
+	assert.ErrorContains(t, err, "did not finish within 300ms (--timeout)", "the error says how long the timeout was")
 }
 
 func TestRunPartialLastLine(t *testing.T) {
@@ -386,7 +386,7 @@ func TestRunLinesDoNotInterleave(t *testing.T) {
 func TestCopyLinesSplitsOverlongLines(t *testing.T) {
 	var out bytes.Buffer
 	in := strings.Repeat("y", 2*maxLine+10) + "\nshort"
-	(&lineOutput{}).copyLines(&out, strings.NewReader(in), "[p] ")
+	(&lineOutput{}).copyLines(&sink{w: &out}, strings.NewReader(in), func() string { return "[p] " })
 	lines := strings.Split(out.String(), "\n")
 	// 3 pieces of the long line, "short" and the empty string after the
 	// final newline.

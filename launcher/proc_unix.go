@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 )
 
@@ -21,9 +22,11 @@ const (
 )
 
 // setProcessGroup makes the child the leader of a new process group, so
-// that signalling the group reaches everything it spawned.
+// that signalling the group reaches everything it spawned, and, where the
+// system can, ties the child's life to the launcher's (see dieWithParent).
 func setProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
 }
 
 func signalGroup(pgid int, sig signal) error {
@@ -44,4 +47,16 @@ func describeExit(st *os.ProcessState) string {
 		return fmt.Sprintf("was killed by signal %d (%v)", int(sig), sig)
 	}
 	return fmt.Sprintf("exited with status %d", st.ExitCode())
+}
+
+// pipeID is the inode of f, which names the pipe for ReportFDEnv.
+func pipeID(f *os.File) string {
+	fi, err := f.Stat()
+	if err != nil {
+		return "0"
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return strconv.FormatUint(uint64(st.Ino), 10)
+	}
+	return "0"
 }

@@ -196,6 +196,12 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.SchedulerHost == "" {
 		return c, &EnvError{Var: "DMLC_PS_ROOT_URI", Want: "the scheduler's IP address or host name, e.g. 127.0.0.1"}
 	}
+	// A host name becomes its address: ZeroMQ binds only addresses (and
+	// takes a name for a network interface), and every node must connect
+	// to the address the scheduler bound.
+	if c.SchedulerHost, err = resolveHost(c.SchedulerHost); err != nil {
+		return c, &EnvError{Var: "DMLC_PS_ROOT_URI", Value: get("DMLC_PS_ROOT_URI"), Want: "the scheduler's IP address or a host name that resolves (" + err.Error() + ")"}
+	}
 	if c.SchedulerPort, err = requiredInt(get, "DMLC_PS_ROOT_PORT", 1, "the scheduler's TCP port, 1-65535"); err != nil {
 		return c, err
 	}
@@ -387,10 +393,33 @@ func optionalInt(get func(string) string, key string, def, min int, want string)
 	return n, nil
 }
 
+// resolveHost returns host if it is an IP address, else its first IPv4
+// address (the interfaces nodeHost picks from are IPv4 too), else its
+// first address.
+func resolveHost(host string) (string, error) {
+	if net.ParseIP(host) != nil {
+		return host, nil
+	}
+	ips, err := net.LookupIP(host)
+	if err != nil {
+		return "", err
+	}
+	for _, ip := range ips {
+		if ip.To4() != nil {
+			return ip.String(), nil
+		}
+	}
+	return ips[0].String(), nil
+}
+
 // nodeHost resolves the address to advertise, with ps-lite's precedence.
 func nodeHost(host, iface string) (string, error) {
 	if host != "" {
-		return host, nil
+		ip, err := resolveHost(host)
+		if err != nil {
+			return "", &EnvError{Var: "DMLC_NODE_HOST", Value: host, Want: "this node's IP address or a host name that resolves (" + err.Error() + ")"}
+		}
+		return ip, nil
 	}
 	ifaces, err := net.Interfaces()
 	if err != nil {

@@ -70,6 +70,7 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		p.reject(fmt.Errorf("ADD_NODE node list does not contain this node (%s:%d)", me.Hostname, me.Port))
 		return
 	}
+	reportRank(message.IDToRank(int(me.ID)))
 	for _, n := range toConnect {
 		// Workers never talk to workers, nor servers to servers.
 		if n.Role == me.Role && n.ID != me.ID {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -32,9 +31,6 @@ flags:
 func runBench(ctx context.Context, args []string) error {
 	o, err := parseBenchArgs(args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	return bench.Run(ctx, o, os.Stdout)
@@ -42,12 +38,8 @@ func runBench(ctx context.Context, args []string) error {
 
 func parseBenchArgs(args []string) (bench.Config, error) {
 	o := bench.Config{}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchUsage)
-		fs.PrintDefaults()
-	}
-	van := fs.String("van", "all", "transport: zmq, tcp, fabric or ibverbs (-tags rdma builds), or all")
+	fs := flag.NewFlagSet("elasticps bench", flag.ContinueOnError)
+	van := fs.String("van", "all", "transport: zmq, tcp, fabric or ibverbs (builds with the rdma tag), or all")
 	topo := fs.String("topo", "1x1,2x2", "comma-separated SxW topologies (servers x workers)")
 	sizes := fs.String("sizes", "4KB,256KB,4MB", "comma-separated value sizes per operation")
 	ops := fs.String("ops-kind", "push,pull", "comma-separated operations: push, pull")
@@ -73,7 +65,7 @@ func parseBenchArgs(args []string) (bench.Config, error) {
 		o.CXX = append(o.CXX, bench.NodeKind{Label: label, Program: path})
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, benchUsage, args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {

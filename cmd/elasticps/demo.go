@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/cli"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/internal/straggler"
 	"github.com/elasticps/elasticps/kv"
@@ -59,9 +60,20 @@ func demoParamsFromEnv() (demoParams, error) {
 	return p, nil
 }
 
+// demoUsage is the help of 'elasticps demo'.
+const demoUsage = `usage: elasticps demo [flags]
+
+Trains logistic regression with asynchronous SGD on a local job of this
+executable (-s servers, -w workers) and prints a summary; then runs the short
+straggler benchmark (one slow server, static placement against PSLD's
+elastic rebalancing) and writes its plot to the temporary directory.
+
+flags:
+`
+
 // runDemo starts a local job of this executable's demo-node role.
 func runDemo(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs := flag.NewFlagSet("elasticps demo", flag.ContinueOnError)
 	servers := fs.Int("s", 2, "number of servers")
 	workers := fs.Int("w", 2, "number of workers")
 	p := demoParams{}
@@ -70,8 +82,11 @@ func runDemo(ctx context.Context, args []string) error {
 	fs.IntVar(&p.Batch, "batch", 100, "minibatch size")
 	fs.IntVar(&p.Iters, "iters", 1000, "SGD iterations per worker")
 	fs.Float64Var(&p.LR, "lr", 40, "learning rate")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, demoUsage, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("demo: unexpected argument %q (flags only; see elasticps demo --help)", fs.Arg(0))
 	}
 	exe, err := os.Executable()
 	if err != nil {

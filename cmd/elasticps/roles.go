@@ -2,15 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/coord"
+	"github.com/elasticps/elasticps/internal/cli"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
@@ -22,24 +21,75 @@ import (
 // traffic counters; the reply body is "requests bytes_in bytes_out".
 const statsHead = -7301
 
+// roleEnv is the part of the roles' help that lists the variables a node
+// reads (postoffice.ConfigFromEnv, the balancer and the control API).
+const roleEnv = `
+environment (ps-lite's names; * = required, default in brackets):
+  DMLC_ROLE *            scheduler, server or worker: the role of this process
+  DMLC_NUM_WORKER *      number of workers in the job
+  DMLC_NUM_SERVER *      number of servers in the job
+  DMLC_PS_ROOT_URI *     the scheduler's IP address or host name, e.g. 127.0.0.1
+  DMLC_PS_ROOT_PORT *    the scheduler's TCP port
+  DMLC_NODE_HOST         address a server or worker advertises [DMLC_INTERFACE's,
+                         else the first non-loopback IPv4, else 127.0.0.1]
+  DMLC_INTERFACE         network interface whose IPv4 address to advertise
+  PORT                   listen port of a server or worker [any free port]
+  DMLC_PS_VAN_TYPE       transport: zmq, tcp (all nodes elasticps), ibverbs, fabric [zmq]
+  DMLC_LOCAL             1: ipc:// endpoints instead of TCP [0]
+  DMLC_USE_KUBERNETES    1: the scheduler binds 0.0.0.0 [0]
+  PS_VERBOSE             1: connections and control events; 2: every message [0]
+  PS_HEARTBEAT_INTERVAL  seconds between heartbeats to the scheduler [0: off]
+  PS_HEARTBEAT_TIMEOUT   seconds of silence after which a node is dead [0: never]
+  PS_RESEND              1: acknowledge and resend every message [0]
+  PS_RESEND_TIMEOUT      ms before a resend [1000]
+  PS_ELASTIC             1: elastic load distribution (docs/elastic.md) [0]
+  PS_STANDBY             1 on a server: join a running elastic job [0]
+  PS_CTL_ADDR            the elastic scheduler's control API (elasticps ctl)
+                         [the scheduler's host, DMLC_PS_ROOT_PORT+1]
+  PS_BALANCE_INTERVAL    ms between rebalancing plans of an elastic scheduler [2000]
+  PS_REPORT_INTERVAL     ms between load reports of elastic servers [1000]
+  PS_METRICS_ADDR        serve Prometheus metrics at http://ADDR/metrics [off]
+  PS_GOSSIP_PORT         the scheduler's failure-detection port
+                         [DMLC_PS_ROOT_PORT+2 if elastic, else off]
+The README's table lists every variable.
+`
+
+// schedulerUsage is the help of 'elasticps scheduler'.
+const schedulerUsage = `usage: elasticps scheduler
+
+Runs the scheduler of a ps-lite job, configured by the environment below
+(DMLC_ROLE=scheduler). It can stand in for a C++ program's scheduler. With
+PS_ELASTIC=1 it also runs the balancer and serves the control API that
+'elasticps ctl' talks to. It takes no flags.
+` + roleEnv
+
 // serverUsage is the help of 'elasticps server'.
 const serverUsage = `usage: elasticps server [flags]
 
-Runs a server from DMLC_* / PS_* variables with the training store
-(paramstore): the first push of a key initializes it, later pushes are
-gradients. With no flags it is the element-wise sum store (ps-lite's
-KVServerDefaultHandle). Under PS_ELASTIC=1 moving keys carry their optimizer
-state.
-
+Runs a server from the environment below (DMLC_ROLE=server) with the
+training store (paramstore): the first push of a key initializes it, later
+pushes are gradients. With no flags it is the element-wise sum store
+(ps-lite's KVServerDefaultHandle). Under PS_ELASTIC=1 moving keys carry
+their optimizer state. Workers are your own programs (DMLC_ROLE=worker).
+` + roleEnv + `
 flags:
 `
+
+// runScheduler runs the scheduler role; it takes no flags.
+func runScheduler(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("elasticps scheduler", flag.ContinueOnError)
+	if err := cli.Parse(fs, schedulerUsage, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("scheduler: unexpected argument %q: the scheduler takes no arguments; it reads DMLC_* variables (see elasticps scheduler --help)", fs.Arg(0))
+	}
+	return runRole(ctx, "scheduler")
+}
 
 // runServer parses the server's flags and runs the server role with them.
 func runServer(ctx context.Context, args []string) error {
 	store, err := parseServerFlags(args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -59,10 +109,6 @@ func parseServerFlags(args []string) (serverStore, error) {
 	var f storeFlags
 	f.cfg = paramstore.DefaultConfig()
 	fs := flag.NewFlagSet("elasticps server", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serverUsage)
-		fs.PrintDefaults()
-	}
 	fs.StringVar(&f.optimizer, "optimizer", "none", "server-side optimizer: none (sum the pushes), sgd, momentum, adam")
 	fs.Float64Var(&f.cfg.LR, "lr", f.cfg.LR, "learning rate of sgd, momentum and adam")
 	fs.Float64Var(&f.cfg.Momentum, "momentum", f.cfg.Momentum, "momentum's mu, in [0, 1)")
@@ -73,16 +119,8 @@ func parseServerFlags(args []string) (serverStore, error) {
 	fs.StringVar(&f.aggregate, "aggregate", "sum", "how gradients combine: sum, or mean (divided by DMLC_NUM_WORKER)")
 	fs.IntVar(&f.round, "round-size", 0, "accumulate this many pushes of a key, then apply their sum once (MXNet dist_sync);\n"+
 		"0 applies every push at once (dist_async); -1 means DMLC_NUM_WORKER")
-	// flag's own messages would repeat ours: errors are returned, help goes
-	// to stdout
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fs.Usage()
-			return serverStore{}, err
-		}
-		return serverStore{}, fmt.Errorf("server: %w (see elasticps server --help)", err)
+	if err := cli.Parse(fs, serverUsage, args); err != nil {
+		return serverStore{}, err
 	}
 	if fs.NArg() > 0 {
 		return serverStore{}, fmt.Errorf("server: unexpected argument %q (flags only; see elasticps server --help)", fs.Arg(0))

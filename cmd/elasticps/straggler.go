@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -54,9 +53,6 @@ flags:
 func runStraggler(ctx context.Context, args []string) error {
 	o, err := parseStragglerArgs(args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	return straggler.Run(ctx, o, os.Stdout)
@@ -64,11 +60,7 @@ func runStraggler(ctx context.Context, args []string) error {
 
 func parseStragglerArgs(args []string) (straggler.Config, error) {
 	o := straggler.DefaultConfig()
-	fs := flag.NewFlagSet("bench straggler", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), stragglerUsage)
-		fs.PrintDefaults()
-	}
+	fs := flag.NewFlagSet("elasticps bench straggler", flag.ContinueOnError)
 	fs.IntVar(&o.Servers, "s", o.Servers, "number of servers")
 	fs.IntVar(&o.Workers, "w", o.Workers, "number of workers")
 	fs.StringVar(&o.Van, "van", o.Van, "transport: zmq or tcp")
@@ -90,7 +82,7 @@ func parseStragglerArgs(args []string) (straggler.Config, error) {
 	fs.StringVar(&o.Plot, "plot", o.Plot, "write the SVG plot here (\"\" = none)")
 	fs.StringVar(&o.Log, "log", "", "append the nodes' logs to this file")
 	fs.IntVar(&o.Verbose, "v", 0, "PS_VERBOSE of the nodes (1 logs every move)")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, stragglerUsage, args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {

@@ -59,11 +59,7 @@ func runTrain(ctx context.Context, args []string) error {
 
 func parseTrainArgs(args []string) (trainer.Config, error) {
 	c := trainer.DefaultConfig()
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), trainUsage)
-		fs.PrintDefaults()
-	}
+	fs := flag.NewFlagSet("elasticps train", flag.ContinueOnError)
 	fs.IntVar(&c.Workers, "workers", c.Workers, "number of workers")
 	fs.IntVar(&c.Servers, "servers", c.Servers, "number of servers")
 	mode := fs.String("mode", c.Modes[0], "sync mode: bsp, asp, ssp or fluent")
@@ -92,7 +88,7 @@ func parseTrainArgs(args []string) (trainer.Config, error) {
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval of the workers' progress lines")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "limit of one job")
 	fs.StringVar(&c.Log, "log", "", "append the nodes' logs to this file")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, trainUsage, args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {

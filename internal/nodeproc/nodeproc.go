@@ -17,6 +17,7 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/coord"
 	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/rebalance"
 )
@@ -34,7 +35,11 @@ func Config(role string) (postoffice.Config, error) {
 		return cfg, err
 	}
 	if role != "" && cfg.Role.String() != role {
-		return cfg, fmt.Errorf("DMLC_ROLE=%s but the command runs a %s: set DMLC_ROLE=%s or run 'elasticps %s'", cfg.Role, role, role, cfg.Role)
+		hint := "run 'elasticps " + cfg.Role.String() + "'"
+		if cfg.Role == message.RoleWorker {
+			hint = "start your worker program instead (elasticps has no worker command)"
+		}
+		return cfg, fmt.Errorf("DMLC_ROLE=%s but 'elasticps %s' runs a %s: set DMLC_ROLE=%s, or %s", cfg.Role, role, role, role, hint)
 	}
 	cfg.Logger = Logger()
 	cfg.ShareHostCPUs = true // this process runs one node

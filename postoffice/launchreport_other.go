@@ -1,0 +1,6 @@
+//go:build !unix
+
+package postoffice
+
+// reportRank does nothing: the launcher runs on Unix only.
+func reportRank(int) {}
