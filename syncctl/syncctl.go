@@ -32,8 +32,9 @@
 //     never looked at otherwise. Staleness must be >= 1.
 //
 // A request with several keys runs when every key allows it. Under Fluent
-// the keys are decided in order and the first key that holds the pull is
-// the one whose advance releases it.
+// a pull request meets one pause decision (a server's pull of its shard,
+// as in FluentPS), taken at its key with the largest gap among those where
+// the worker is the fastest; that key's next t_min advance releases it.
 package syncctl
 
 import "fmt"
