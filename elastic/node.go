@@ -108,8 +108,10 @@ func (n *Node) NewWorker(appID, customerID int) (*kv.Worker, error) {
 // NewServer creates a server of this node (kv.NewServerWith); in elastic
 // mode the scheduler may move its keys: requests pass its gate first. mig hands key-range
 // state over (kv.DefaultHandler implements it); with nil, and until
-// SetMigrator, keys move by the generic hand-over (see fallback.go). One
-// server per node.
+// SetMigrator, keys move by the generic hand-over (see fallback.go). With
+// a sync mode (PS_SYNC_MODE), the server's sync gate (kv.NewSyncGate) is
+// chained after the elastic one, and a moving block's sync state and
+// parked requests go with it (docs/elastic.md). One server per node.
 func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Server, error) {
 	if !n.on {
 		return kv.NewServerWith(n.po, appID, opts)

@@ -149,7 +149,7 @@ func (m *mover) waitMoves(n int64) error {
 // all finish without error.
 func runWorkers(t *testing.T, n int, f func(i int) error) {
 	t.Helper()
-	err := testutil.Within(t, 60*time.Second, func() error {
+	err := testutil.Within(t, 30*time.Second, func() error {
 		errs := make(chan error, n)
 		for i := range n {
 			go func() { errs <- f(i) }()
