@@ -1,7 +1,9 @@
 package elastic_test
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,7 +95,17 @@ type mover struct {
 	stop  chan struct{}
 	done  chan struct{}
 	moves atomic.Int64
+	mu    sync.Mutex
 	errs  []error
+}
+
+func (m *mover) String() string {
+	if m == nil {
+		return "no moves"
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return fmt.Sprintf("%d moves done, errors: %v", m.moves.Load(), m.errs)
 }
 
 func startMover(t *testing.T, j *syncJob) *mover {
@@ -116,6 +128,8 @@ func startMover(t *testing.T, j *syncJob) *mover {
 				to = int32(message.ServerRankToID(1))
 			}
 			if _, err := j.coord.Move(rg[0], rg[1], to); err != nil {
+				m.mu.Lock()
+				defer m.mu.Unlock()
 				m.errs = append(m.errs, fmt.Errorf("move %d of [%d, %d) to %d: %w", i, rg[0], rg[1], to, err))
 				return
 			}
@@ -145,48 +159,75 @@ func (m *mover) waitMoves(n int64) error {
 	return nil
 }
 
-// runWorkers runs f for each worker in its own goroutine and requires that
-// all finish without error.
-func runWorkers(t *testing.T, n int, f func(i int) error) {
+// training is what every worker does, rounds times: push vals(w, r, i)
+// to key i (not waited for), then pull the keys and wait; check sees each
+// pull. Before each round, straggle (if set) runs; halfway through, each
+// worker waits for 10 moves of the mover (if any), so that moves surely
+// happen while the job trains.
+type training struct {
+	rounds   int
+	vals     func(w, r, i int) float32
+	opts     func(r int) kv.Options // kv.Options{} if nil
+	check    func(w, r int, got []float32) error
+	straggle func(w int)
+}
+
+// train runs tr on every worker and requires that all finish without
+// error within 30 s.
+func (j *syncJob) train(t *testing.T, m *mover, keys []uint64, tr training) {
 	t.Helper()
-	err := testutil.Within(t, 30*time.Second, func() error {
-		errs := make(chan error, n)
-		for i := range n {
-			go func() { errs <- f(i) }()
-		}
-		var first error
-		for range n {
-			err := <-errs
-			if err != nil {
-				t.Log(err) // the others may wait for this one forever
+	errs := make([]error, len(j.ws))
+	var wg sync.WaitGroup
+	for w := range j.ws {
+		wg.Go(func() {
+			if errs[w] = j.trainWorker(m, keys, w, tr); errs[w] != nil {
+				t.Log(errs[w]) // the others may wait for this one forever
 			}
-			if err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}, func() string { return "the workers did not finish: a pull lost?" })
-	require.NoError(t, err)
+		})
+	}
+	testutil.Within(t, 30*time.Second, func() struct{} { wg.Wait(); return struct{}{} },
+		func() string { return "the workers did not finish: a pull lost? " + m.String() })
+	require.NoError(t, errors.Join(errs...))
 }
 
-// pushPull pushes vals (not waited for) and pulls the keys, waiting for
-// the pull; the push's timestamp is appended to pushes.
-func pushPull(w *kv.Worker, keys []uint64, vals []float32, pushes *[]int32, opts kv.Options) ([]float32, error) {
-	ts, err := kv.Push(w, keys, vals, nil, opts)
-	if err != nil {
-		return nil, err
+func (j *syncJob) trainWorker(m *mover, keys []uint64, w int, tr training) error {
+	kw := j.ws[w]
+	var pushes []int32
+	for r := 1; r <= tr.rounds; r++ {
+		if tr.straggle != nil {
+			tr.straggle(w)
+		}
+		if m != nil && r == tr.rounds/2 {
+			if err := m.waitMoves(10); err != nil {
+				return err
+			}
+		}
+		var opts kv.Options
+		if tr.opts != nil {
+			opts = tr.opts(r)
+		}
+		vals := make([]float32, len(keys))
+		for i := range vals {
+			vals[i] = tr.vals(w, r, i)
+		}
+		ts, err := kv.Push(kw, keys, vals, nil, opts)
+		if err != nil {
+			return err
+		}
+		pushes = append(pushes, ts)
+		var got []float32
+		if ts, err = kv.Pull(kw, keys, &got, nil, opts); err == nil {
+			err = kw.Wait(ts)
+		}
+		if err == nil {
+			err = tr.check(w, r, got)
+		}
+		if err != nil {
+			return fmt.Errorf("worker %d round %d: %w", w, r, err)
+		}
 	}
-	*pushes = append(*pushes, ts)
-	var got []float32
-	if ts, err = kv.Pull(w, keys, &got, nil, opts); err == nil {
-		err = w.Wait(ts)
-	}
-	return got, err
-}
-
-func waitAll(w *kv.Worker, tss []int32) error {
-	for _, ts := range tss {
-		if err := w.Wait(ts); err != nil {
+	for _, ts := range pushes {
+		if err := kw.Wait(ts); err != nil {
 			return err
 		}
 	}
@@ -238,30 +279,14 @@ func TestBSPExactAcrossMoves(t *testing.T) {
 				return s
 			}
 			m := startMover(t, j)
-			runWorkers(t, workers, func(w int) error {
-				var pushes []int32
-				for r := 1; r <= rounds; r++ {
-					if r == rounds/2 {
-						if err := m.waitMoves(10); err != nil {
-							return err
-						}
-					}
-					vals := make([]float32, len(keys))
-					for i := range vals {
-						vals[i] = bspVal(w, r, i)
-					}
-					got, err := pushPull(j.ws[w], keys, vals, &pushes, kv.Options{})
-					if err != nil {
-						return fmt.Errorf("worker %d round %d: %w", w, r, err)
-					}
-					for i := range keys {
-						if got[i] != want(r, i) {
-							return fmt.Errorf("worker %d round %d key %d: pulled %v, want exactly %v", w, r, keys[i], got[i], want(r, i))
-						}
+			j.train(t, m, keys, training{rounds: rounds, vals: bspVal, check: func(_, r int, got []float32) error {
+				for i := range keys {
+					if got[i] != want(r, i) {
+						return fmt.Errorf("key %d: pulled %v, want exactly %v", keys[i], got[i], want(r, i))
 					}
 				}
-				return waitAll(j.ws[w], pushes)
-			})
+				return nil
+			}})
 			m.halt()
 			require.Empty(t, m.errs)
 			t.Logf("%d moves, %d requests redirected", m.moves.Load(), j.redirected())
@@ -280,35 +305,25 @@ func TestFluentAcrossMoves(t *testing.T) {
 	j := startSyncJob(t, 2, workers, postoffice.SyncConfig{Mode: syncctl.Fluent, Staleness: 1, PauseProb: 1}, sumStore)
 	keys := syncKeys(j.Workers[0])
 	m := startMover(t, j)
-	runWorkers(t, workers, func(w int) error {
-		var pushes []int32
-		last := make([]float32, len(keys))
-		for r := 1; r <= rounds; r++ {
+	last := make([][]float32, workers)
+	for w := range last {
+		last[w] = make([]float32, len(keys))
+	}
+	j.train(t, m, keys, training{rounds: rounds, vals: bspVal,
+		straggle: func(w int) {
 			if w == 0 {
 				time.Sleep(2 * time.Millisecond) // the straggler
 			}
-			if r == rounds/2 {
-				if err := m.waitMoves(10); err != nil {
-					return err
-				}
-			}
-			vals := make([]float32, len(keys))
-			for i := range vals {
-				vals[i] = bspVal(w, r, i)
-			}
-			got, err := pushPull(j.ws[w], keys, vals, &pushes, kv.Options{})
-			if err != nil {
-				return fmt.Errorf("worker %d round %d: %w", w, r, err)
-			}
+		},
+		check: func(w, _ int, got []float32) error {
 			for i := range keys {
-				if got[i] < last[i] {
-					return fmt.Errorf("worker %d round %d key %d: pulled %v after %v", w, r, keys[i], got[i], last[i])
+				if got[i] < last[w][i] {
+					return fmt.Errorf("key %d: pulled %v after %v", keys[i], got[i], last[w][i])
 				}
 			}
-			last = got
-		}
-		return waitAll(j.ws[w], pushes)
-	})
+			last[w] = got
+			return nil
+		}})
 	m.halt()
 	require.Empty(t, m.errs)
 	var got []float32
@@ -365,26 +380,13 @@ func TestParamstoreMomentumAcrossMoves(t *testing.T) {
 			m = startMover(t, j)
 		}
 		pulls := make([][][]float32, workers)
-		runWorkers(t, workers, func(w int) error {
-			var pushes []int32
-			for r := 1; r <= rounds; r++ {
-				if m != nil && r == rounds/2 {
-					if err := m.waitMoves(10); err != nil {
-						return err
-					}
-				}
-				g := make([]float32, len(keys))
-				for i := range g {
-					g[i] = float32((w+1)*(i%3) - r%4)
-				}
-				got, err := pushPull(j.ws[w], keys, g, &pushes, kv.Options{Iteration: int64(r + 1)})
-				if err != nil {
-					return fmt.Errorf("worker %d round %d: %w", w, r, err)
-				}
+		j.train(t, m, keys, training{rounds: rounds,
+			vals: func(w, r, i int) float32 { return float32((w+1)*(i%3) - r%4) },
+			opts: func(r int) kv.Options { return kv.Options{Iteration: int64(r + 1)} },
+			check: func(w, _ int, got []float32) error {
 				pulls[w] = append(pulls[w], got)
-			}
-			return waitAll(j.ws[w], pushes)
-		})
+				return nil
+			}})
 		if m != nil {
 			m.halt()
 			require.Empty(t, m.errs)

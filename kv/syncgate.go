@@ -205,18 +205,28 @@ func (g *SyncGate) release(ids []uint64) {
 		at := g.decidedPrefix()
 		run := make([]*syncEntry, 0, len(ids))
 		for _, id := range ids {
-			e, ok := g.parked[id]
-			if !ok {
-				g.log("kv: the sync controller released a request it never parked; ignored", "id", id)
+			e := g.unpark(id, "released")
+			if e == nil {
 				continue
 			}
-			delete(g.parked, id)
 			e.decided = true
 			run = append(run, e)
 		}
 		g.order = slices.Insert(g.order, at, run...)
 	}
 	g.observe()
+}
+
+// unpark takes the request the controller handed back (how: released or
+// exported) out of the parked set (g.mu held); nil if it was never parked.
+func (g *SyncGate) unpark(id uint64, how string) *syncEntry {
+	e, ok := g.parked[id]
+	if !ok {
+		g.log("kv: the sync controller "+how+" a request it never parked; ignored", "id", id)
+		return nil
+	}
+	delete(g.parked, id)
+	return e
 }
 
 func (g *SyncGate) decidedPrefix() int {
@@ -295,12 +305,10 @@ func (g *SyncGate) Export(begin, end uint64) (state []byte, parked []*message.Me
 	defer g.mu.Unlock()
 	state, ids := g.ctl.Export(begin, end)
 	for _, id := range ids {
-		e, ok := g.parked[id]
-		if !ok {
-			g.log("kv: the sync controller exported a request it never parked; ignored", "id", id)
+		e := g.unpark(id, "exported")
+		if e == nil {
 			continue
 		}
-		delete(g.parked, id)
 		d := time.Since(e.since)
 		g.parkedTime += d
 		g.met.ObserveParked(e.pull, d)
