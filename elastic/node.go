@@ -10,6 +10,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
+	"github.com/elasticps/elasticps/syncctl"
 )
 
 // Node is one node's elastic side: its end of the elastic control messages
@@ -107,8 +108,10 @@ func (n *Node) NewWorker(appID, customerID int) (*kv.Worker, error) {
 // NewServer creates a server of this node (kv.NewServerWith); in elastic
 // mode the scheduler may move its keys: requests pass its gate first. mig hands key-range
 // state over (kv.DefaultHandler implements it); with nil, and until
-// SetMigrator, keys move by the generic hand-over (see fallback.go). One
-// server per node.
+// SetMigrator, keys move by the generic hand-over (see fallback.go). With
+// a sync mode (PS_SYNC_MODE), the server's sync gate (kv.NewSyncGate) is
+// chained after the elastic one, and a moving block's sync state and
+// parked requests go with it (docs/elastic.md). One server per node.
 func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Server, error) {
 	if !n.on {
 		return kv.NewServerWith(n.po, appID, opts)
@@ -117,15 +120,26 @@ func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Se
 		return nil, errors.New("elastic: this node has a server already; a node serves one key range set")
 	}
 	var agent *serverAgent
+	var syncErr error
 	opts.Gate = func(s *kv.Server) kv.RequestGate {
 		// Stored before the server registers: from its first request on,
 		// the scheduler's elastic messages reach this agent, not the
 		// worker-node handling in handle.
 		agent = newServerAgent(n, s, mig)
+		if n.po.Config().Sync.Mode != syncctl.ASP {
+			// The job's sync mode applies to what this gate lets run.
+			agent.sync, syncErr = kv.NewSyncGate(s)
+		}
 		n.server.Store(agent)
 		return agent
 	}
 	s, err := kv.NewServerWith(n.po, appID, opts)
+	if syncErr != nil {
+		err = fmt.Errorf("elastic: %w", syncErr)
+		if s != nil {
+			s.Close()
+		}
+	}
 	if err != nil {
 		n.server.CompareAndSwap(agent, nil)
 		return nil, err
