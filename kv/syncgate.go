@@ -303,7 +303,7 @@ func (g *SyncGate) Pending(begin, end uint64) bool {
 func (g *SyncGate) Export(begin, end uint64) (state []byte, parked []*message.Message) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	state, ids := g.ctl.Export(begin, end)
+	state, ids, released := g.ctl.Export(begin, end)
 	for _, id := range ids {
 		e := g.unpark(id, "exported")
 		if e == nil {
@@ -314,6 +314,8 @@ func (g *SyncGate) Export(begin, end uint64) (state []byte, parked []*message.Me
 		g.met.ObserveParked(e.pull, d)
 		parked = append(parked, e.m)
 	}
+	g.release(released)
+	g.kick()
 	g.observe()
 	return state, parked
 }

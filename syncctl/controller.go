@@ -576,9 +576,11 @@ func (c *Controller) Close() (released []uint64) {
 // Export removes the sync state of keys [begin, end) and returns its
 // encoding for Import, with the IDs of the parked requests that touch those
 // keys, in park order: they are no longer this controller's, the caller
-// hands them on to the keys' new owner.
-func (c *Controller) Export(begin, end uint64) (state []byte, parked []uint64) {
+// hands them on to the keys' new owner. released are requests that waited
+// only behind a parked one that left and may run now, in order.
+func (c *Controller) Export(begin, end uint64) (state []byte, parked, released []uint64) {
 	ks := c.sortedKeys(begin, end)
+	c.out = nil
 	moved := c.parkedWhere(func(p *parkedReq) bool {
 		return slices.ContainsFunc(p.r.Keys, func(k uint64) bool { return k >= begin && k < end })
 	})
@@ -604,7 +606,9 @@ func (c *Controller) Export(begin, end uint64) (state []byte, parked []uint64) {
 	for _, s := range ks {
 		delete(c.keys, s.key)
 	}
-	return encodeState(ks), parked
+	// A push that waited only behind an exported one may run now.
+	c.settle()
+	return encodeState(ks), parked, c.take()
 }
 
 // Import installs the sync state an Export made, all or nothing. A worker

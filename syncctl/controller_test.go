@@ -334,11 +334,24 @@ func TestEveryParkedRequestIsReleasedExactlyOnce(t *testing.T) {
 	t.Run("on export of its keys", func(t *testing.T) {
 		m := newSim(t, Config{Mode: SSP}, 1, 2)
 		m.play(push(1, true).on(1, 5), pull(1, false).on(1), pull(1, false).on(5), pull(1, false).on(1, 5))
-		_, parked := m.c.Export(5, 6)
+		_, parked, released := m.c.Export(5, 6)
 		assert.Equal(t, []uint64{3, 4}, parked)
+		assert.Empty(t, released)
 		assert.Equal(t, 1, m.c.Stats().Parked)
 		m.play(push(2, true, 2).on(1)) // 2 goes, 4 is gone
 		assert.Nil(t, m.c.Close())
+	})
+	t.Run("on export, what waited behind an exported push runs", func(t *testing.T) {
+		m := newSim(t, Config{Mode: BSP}, 1, 2)
+		m.play(
+			push(1, true).on(1, 5), push(2, true).on(1, 5),
+			pull(2, true).on(1),     // 3: worker 2 still owes the pull of key 5
+			push(1, false).on(1, 5), // 4: round 2, held by key 5 alone
+			push(1, false).on(1),    // 5: round 3 of key 1, behind 4 in worker 1's queue
+		)
+		_, parked, released := m.c.Export(5, 6)
+		assert.Equal(t, []uint64{4}, parked)
+		assert.Equal(t, []uint64{5}, released, "5 is now worker 1's round 2 of key 1, which nothing holds")
 	})
 	t.Run("on close, in park order, once", func(t *testing.T) {
 		draws := &script{t: t, vals: []float64{0, 0}}

@@ -32,7 +32,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 				}
 			}
 			require.Equal(t, twin.decisions, moved.decisions)
-			state, parked := moved.c.Export(1, 3)
+			state, parked, _ := moved.c.Export(1, 3)
 			require.Empty(t, parked)
 			fresh := newTwin(t, cfg)
 			fresh.n, fresh.draws = moved.n, moved.draws
@@ -48,7 +48,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 			assert.NotEmpty(t, parkedSome(twin.decisions), "the steps exercise parking")
 
 			// The source kept key 5 and nothing of keys 1 and 2.
-			again, _ := moved.c.Export(0, 10)
+			again, _, _ := moved.c.Export(0, 10)
 			ks, err := decodeState(again)
 			require.NoError(t, err)
 			require.Len(t, ks, 1)
@@ -106,7 +106,7 @@ func parkedSome(ds []string) []string {
 func TestImportRejectsABadStateAndChangesNothing(t *testing.T) {
 	src := newSim(t, Config{Mode: BSP}, 1, 2)
 	src.play(push(1, true).on(1, 2), push(2, true).on(1), pull(1, true).on(1))
-	state, _ := src.c.Export(0, 10)
+	state, _, _ := src.c.Export(0, 10)
 
 	dst := newController(t, Config{Mode: BSP}, 1, 2)
 	for n := range len(state) {
@@ -147,7 +147,7 @@ func TestImportRejectsABadStateAndChangesNothing(t *testing.T) {
 func TestImportDropsTheClocksOfANodeThatLeftHere(t *testing.T) {
 	src := newSim(t, Config{Mode: SSP}, 1, 2)
 	src.play(push(1, true), push(1, true))
-	state, _ := src.c.Export(0, 10)
+	state, _, _ := src.c.Export(0, 10)
 
 	dst := newController(t, Config{Mode: SSP}, 1, 2)
 	assert.Empty(t, dst.Leave(2))
