@@ -10,6 +10,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
+	"github.com/elasticps/elasticps/syncctl"
 )
 
 // Node is one node's elastic side: its end of the elastic control messages
@@ -117,15 +118,26 @@ func (n *Node) NewServer(appID int, opts kv.ServerOptions, mig Migrator) (*kv.Se
 		return nil, errors.New("elastic: this node has a server already; a node serves one key range set")
 	}
 	var agent *serverAgent
+	var syncErr error
 	opts.Gate = func(s *kv.Server) kv.RequestGate {
 		// Stored before the server registers: from its first request on,
 		// the scheduler's elastic messages reach this agent, not the
 		// worker-node handling in handle.
 		agent = newServerAgent(n, s, mig)
+		if n.po.Config().Sync.Mode != syncctl.ASP {
+			// The job's sync mode applies to what this gate lets run.
+			agent.sync, syncErr = kv.NewSyncGate(s)
+		}
 		n.server.Store(agent)
 		return agent
 	}
 	s, err := kv.NewServerWith(n.po, appID, opts)
+	if syncErr != nil {
+		err = fmt.Errorf("elastic: %w", syncErr)
+		if s != nil {
+			s.Close()
+		}
+	}
 	if err != nil {
 		n.server.CompareAndSwap(agent, nil)
 		return nil, err

@@ -1,6 +1,7 @@
 package elastic
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -24,6 +25,7 @@ type serverAgent struct {
 	s          *kv.Server
 	po         *postoffice.Postoffice
 	node       *Node
+	sync       *kv.SyncGate // chained after this gate (PS_SYNC_MODE); nil under ASP
 	mig        atomic.Pointer[Migrator]
 	redirected atomic.Int64
 
@@ -209,7 +211,7 @@ func (e *serverAgent) prepare(mv Move) uint64 {
 
 // install takes over mv's keys and lets parked requests through.
 func (e *serverAgent) install(mv Move, state []byte) error {
-	if err := e.importState(state); err != nil {
+	if err := e.importState(mv.Begin, mv.End, state); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -253,9 +255,37 @@ func (e *serverAgent) abort(mv Move) (exported bool) {
 // Admit implements kv.RequestGate: it decides what happens to a request
 // before the handler sees it, and returns the in-flight record that is
 // told when the request is answered, and whether the handler runs now.
+//
+// With a sync mode, what this gate lets run goes on to the sync gate. A
+// request that one parks is not in flight here (it would hold the export
+// of its keys forever); the sync gate hands it back later, and it passes
+// this gate again: if its keys moved meanwhile, it is redirected, and the
+// sync gate is told so (Withdraw) that its queue goes on.
 func (e *serverAgent) Admit(m *message.Message, keys []uint64) (kv.Admitted, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	r, run := e.route(m, keys)
+	if e.sync == nil {
+		return r, run
+	}
+	if !run {
+		if decided, ok := e.sync.Withdraw(m); ok && decided {
+			e.po.Logger().Error("elastic: a request the sync controller had let run was diverted; its new owner decides about it again", "msg", m.Meta.String())
+		}
+		return nil, false
+	}
+	if _, run := e.sync.Admit(m, keys); !run {
+		if r != nil {
+			delete(e.inflight, r.(*inflightReq))
+		}
+		return nil, false
+	}
+	return r, true
+}
+
+// route is Admit's elastic part: apply here, park or redirect. The caller
+// holds mu.
+func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, bool) {
 	if m.Meta.Ext.Epoch > e.routes.Epoch {
 		e.future = append(e.future, m)
 		return nil, false
@@ -366,10 +396,21 @@ func (e *serverAgent) readyCuts(force bool) []*cut {
 			c.warned = true
 			e.po.Logger().Warn("elastic: a worker has not delivered its pushes up to the cut-over yet", "move", fmt.Sprintf("%+v", c.mv), "cut_seq", c.seq, "pushers", fmt.Sprint(c.pushers), "received", fmt.Sprint(c.recv), "future", len(e.future), "incoming", len(e.ins), "epoch", e.routes.Epoch)
 		}
-		if all || force && time.Since(c.started) > e.exportTimeout {
-			c.exported = true
-			ready = append(ready, c)
+		if !all && (!force || time.Since(c.started) <= e.exportTimeout) {
+			continue
 		}
+		if e.sync != nil {
+			// Requests the controller let run on these keys must reach
+			// the handler first. From here on, every request for the keys
+			// is redirected before the sync gate, so its state is final:
+			// taken now, it goes with the handler's.
+			if e.sync.Pending(c.mv.Begin, c.mv.End) {
+				continue
+			}
+			c.syncState, c.syncParked = e.sync.Export(c.mv.Begin, c.mv.End)
+		}
+		c.exported = true
+		ready = append(ready, c)
 	}
 	return ready
 }
@@ -394,11 +435,26 @@ func (e *serverAgent) tickLoop() {
 
 // export hands the cut's keys to the scheduler, which installs them on the
 // new owner.
+//
+// The requests the sync gate had parked for the keys are redirected once
+// the state left, or, when the export failed, once the sync state is back
+// in the gate: the worker re-sends each (with the commit epoch's table, or
+// the abort's) and whichever server then owns the keys answers it, once.
 func (e *serverAgent) export(c *cut) {
-	state, err := e.exportState(c.mv.Begin, c.mv.End)
+	defer func() {
+		for _, m := range c.syncParked {
+			e.redirect(m, c.mv.Epoch+1)
+		}
+	}()
+	state, err := e.exportState(c.mv.Begin, c.mv.End, c.syncState)
 	if err != nil {
 		// The keys stay here (an export is all or nothing): the scheduler
 		// aborts the move at once and routes them back to this server.
+		if e.sync != nil {
+			if serr := e.sync.Import(c.syncState); serr != nil {
+				err = errors.Join(err, fmt.Errorf("the sync state could not be put back: %w", serr))
+			}
+		}
 		e.po.Logger().Error("elastic: export failed; the move is aborted and the keys stay on this server", "move", fmt.Sprintf("%+v", c.mv), "err", err)
 		if _, err := e.node.link.Call(message.SchedulerID, MsgExportFailed, MarshalMove(c.mv, []byte(err.Error())), time.Minute); err != nil {
 			e.po.Logger().Error("elastic: export failure not delivered; the scheduler aborts the move after its timeout", "err", err)
@@ -414,30 +470,88 @@ func (e *serverAgent) export(c *cut) {
 // that an importer never feeds a Migrator's snapshot to the generic
 // hand-over or the reverse (servers of one job may differ: a C++ server
 // without a migration handle beside one with it).
+//
+// A server with a sync mode wraps that state: stateSync, the wrapper's
+// version (stateSyncVersion), the uvarint length of the sync gate's state
+// (kv.SyncGate.Export), that state, then the 'F' or 'M' state.
 const (
-	stateFallback byte = 'F'
-	stateMigrator byte = 'M'
+	stateFallback    byte = 'F'
+	stateMigrator    byte = 'M'
+	stateSync        byte = 'S'
+	stateSyncVersion byte = 1
 )
 
 // exportState snapshots [begin, end) through the Migrator, or the generic
-// hand-over without one.
-func (e *serverAgent) exportState(begin, end uint64) ([]byte, error) {
+// hand-over without one, with the keys' sync state when the server has a
+// sync mode (syncState, taken from the sync gate already).
+func (e *serverAgent) exportState(begin, end uint64, syncState []byte) ([]byte, error) {
+	var out []byte
+	if e.sync != nil {
+		out = binary.AppendUvarint([]byte{stateSync, stateSyncVersion}, uint64(len(syncState)))
+		out = append(out, syncState...)
+	}
 	if mig := e.migrator(); mig != nil {
 		st, err := mig.Export(begin, end)
 		if err != nil {
 			return nil, fmt.Errorf("the handler's Migrator could not export keys [%d, %d): %w", begin, end, err)
 		}
-		return append([]byte{stateMigrator}, st...), nil
+		return append(append(out, stateMigrator), st...), nil
 	}
 	st, err := e.fallbackExport(begin, end)
 	if err != nil {
 		return nil, err
 	}
-	return append([]byte{stateFallback}, st...), nil
+	return append(append(out, stateFallback), st...), nil
 }
 
-// importState installs exportState's output.
-func (e *serverAgent) importState(state []byte) error {
+// importState installs exportState's output for keys [begin, end): the
+// sync state first (before any request for the keys reaches the sync
+// gate), then the handler's; when the handler's fails, the sync state is
+// taken out again, so nothing is installed.
+func (e *serverAgent) importState(begin, end uint64, state []byte) error {
+	if len(state) > 0 && state[0] == stateSync {
+		syncState, rest, err := splitSyncState(state)
+		if err != nil {
+			return err
+		}
+		if e.sync == nil {
+			return errors.New("the keys come with sync state (their old owner has a PS_SYNC_MODE), but this server has none: give every server of the job the same PS_SYNC_MODE")
+		}
+		if err := e.sync.Import(syncState); err != nil {
+			return fmt.Errorf("the sync gate could not import the keys' sync state: %w", err)
+		}
+		if err := e.importHandlerState(rest); err != nil {
+			e.sync.Export(begin, end) // nothing for these keys is parked here yet
+			return err
+		}
+		return nil
+	}
+	return e.importHandlerState(state)
+}
+
+// splitSyncState splits a stateSync state into the sync gate's part and the
+// handler's.
+func splitSyncState(state []byte) (syncState, rest []byte, err error) {
+	if len(state) < 2 {
+		return nil, nil, errors.New("the exported state's sync wrapper is truncated (no version byte)")
+	}
+	if state[1] != stateSyncVersion {
+		return nil, nil, fmt.Errorf("the exported state's sync wrapper has version %d, this server reads %d: run one version of elasticps on every server", state[1], stateSyncVersion)
+	}
+	n, w := binary.Uvarint(state[2:])
+	if w <= 0 || n > uint64(len(state)-2-w) {
+		return nil, nil, fmt.Errorf("the exported state's sync part is truncated (%d bytes after the wrapper's header)", len(state)-2)
+	}
+	at := 2 + w
+	rest = state[at+int(n):]
+	if len(rest) > 0 && rest[0] == stateSync {
+		return nil, nil, errors.New("the exported state's sync wrapper holds another sync wrapper instead of the handler's state")
+	}
+	return state[at : at+int(n)], rest, nil
+}
+
+// importHandlerState installs the handler's part of exportState's output.
+func (e *serverAgent) importHandlerState(state []byte) error {
 	if len(state) == 0 {
 		return errors.New("the exported state is empty (no format byte)")
 	}
@@ -519,6 +633,10 @@ type cut struct {
 	exported bool
 	warned   bool
 	started  time.Time
+	// the sync gate's state of the keys and the requests it had parked
+	// for them, taken when the cut became ready (nil without a sync mode)
+	syncState  []byte
+	syncParked []*message.Message
 }
 
 // incoming is a migration on the new owner, until installed.

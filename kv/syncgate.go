@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -35,7 +36,10 @@ import (
 //
 // A worker is (Meta.Sender, Meta.CustomerID); its iteration for the keys
 // of a request is Meta.Ext.Iteration when > 0 (kv.Options.Iteration), else
-// the count of its pushes of those keys.
+// the worker's count of its pushes of those keys when it numbers them
+// (Meta.Ext.PushSeq, elastic mode: a redirected push may arrive after the
+// worker's next pull, which must still wait for it), else the count of its
+// pushes this gate saw.
 type SyncGate struct {
 	s       *Server
 	met     *metrics.SyncMetrics
@@ -63,6 +67,7 @@ type syncEntry struct {
 	pull    bool // a pull (not a push-pull), for the metrics
 	decided bool // the controller let it run: it runs without asking again
 	since   time.Time
+	lo, hi  uint64 // its first and last key, once decided about
 }
 
 // syncCloseWait bounds how long Close waits for the requests it releases
@@ -174,9 +179,16 @@ func (g *SyncGate) decide(e *syncEntry, keys []uint64) bool {
 	}
 	g.joinMembers()
 	g.nextID++
+	if len(keys) > 0 {
+		e.lo, e.hi = keys[0], keys[len(keys)-1]
+	}
 	m := &e.m.Meta
+	iter := max(m.Ext.Iteration, 0)
+	if iter == 0 && m.Ext.PushSeq > 0 && m.Ext.PushSeq <= math.MaxInt64 {
+		iter = int64(m.Ext.PushSeq)
+	}
 	r := syncctl.Request{ID: g.nextID, Worker: syncctl.Worker{Node: m.Sender, Customer: m.CustomerID},
-		Push: m.Push, Pull: m.Pull, Keys: keys, Iteration: max(m.Ext.Iteration, 0)}
+		Push: m.Push, Pull: m.Pull, Keys: keys, Iteration: iter}
 	run, released := g.ctl.Admit(r)
 	if !run {
 		e.since = time.Now()
@@ -235,6 +247,82 @@ func (g *SyncGate) kick() {
 	g.order[0] = nil
 	g.order = g.order[1:]
 	g.readmit(g.sent.m)
+}
+
+// Withdraw tells the gate that m, which it handed back (Server.Readmit),
+// did not reach it: the gate chained before it (elastic mode's) redirected
+// or parked m instead, so the gate's queue goes on without it. A request it
+// had not decided about yet is forgotten (if it comes back, it is a new
+// arrival); decided says whether the controller had let m run already (a
+// push it counted: the outer gate must not have diverted it). ok is false
+// when m is not the request on its way.
+func (g *SyncGate) Withdraw(m *message.Message) (decided, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sent == nil || g.sent.m != m {
+		return false, false
+	}
+	e := g.sent
+	g.sent = nil
+	g.kick()
+	return e.decided, true
+}
+
+// Pending reports whether a request that touches keys [begin, end) was let
+// run by the controller and has not reached the handler yet. While one
+// has, the keys' sync state must not move: the controller counted it
+// (a push's clock) and the handler's state does not have it yet.
+func (g *SyncGate) Pending(begin, end uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	touches := func(e *syncEntry) bool { return e.decided && e.lo < end && begin <= e.hi }
+	if g.sent != nil && touches(g.sent) {
+		return true
+	}
+	return slices.ContainsFunc(g.order[:g.decidedPrefix()], touches)
+}
+
+// Export removes the sync state of keys [begin, end), which move to
+// another server (syncctl.Controller.Export), and returns its encoding for
+// Import there, with the requests the controller had parked that touch
+// those keys, in the order they were parked: they are no longer this
+// gate's, and the caller hands them on (elastic mode redirects them to the
+// keys' new owner, whose gate decides and answers each once). Call it only
+// when Pending is false for the keys and no request for them can reach
+// this gate any more.
+func (g *SyncGate) Export(begin, end uint64) (state []byte, parked []*message.Message) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	state, ids := g.ctl.Export(begin, end)
+	for _, id := range ids {
+		e, ok := g.parked[id]
+		if !ok {
+			g.log("kv: the sync controller exported a request it never parked; ignored", "id", id)
+			continue
+		}
+		delete(g.parked, id)
+		d := time.Since(e.since)
+		g.parkedTime += d
+		g.met.ObserveParked(e.pull, d)
+		parked = append(parked, e.m)
+	}
+	g.observe()
+	return state, parked
+}
+
+// Import installs the sync state of keys another server's gate exported,
+// all or nothing (syncctl.Controller.Import): call it before any request
+// for those keys reaches this gate. What it releases runs in order.
+func (g *SyncGate) Import(state []byte) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	released, err := g.ctl.Import(state)
+	if err != nil {
+		return err
+	}
+	g.release(released)
+	g.kick()
+	return nil
 }
 
 // observe brings the metrics up to the controller's counts (g.mu held).
