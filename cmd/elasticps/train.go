@@ -41,8 +41,9 @@ a quota of --cpu-share of one CPU (needs root and /sys/fs/cgroup/cpu).
 Elastic: --elastic runs every job with PS_ELASTIC=1 (the scheduler runs the
 migration coordinator and the PSLD balancer; blocks move between servers
 live, with their optimizer and sync state). --slow-server R puts server R
-in a cgroup v1 cpu group with a quota of --slow-server-share of one CPU,
-so that the balancer moves blocks off it; --moves N moves server R's (or
+in a cgroup v1 cpu group with a quota of --slow-server-share of one CPU
+(also without --elastic, as the static baseline), so that the balancer
+moves blocks off it; --moves N moves server R's (or
 server 0's) first block back and forth N times, one every --move-every,
 besides the balancer's moves. The table adds the moves and the responses
 the workers dropped as duplicates (a pull answered twice).
@@ -93,7 +94,7 @@ func parseTrainArgs(args []string) (trainer.Config, error) {
 	fs.IntVar(&c.CPURank, "cpu-straggler", c.CPURank, "worker rank to slow with a cgroup CPU quota (-1: none)")
 	fs.Float64Var(&c.CPUShare, "cpu-share", c.CPUShare, "the CPU straggler's share of one CPU")
 	fs.BoolVar(&c.Elastic, "elastic", false, "run every job with PS_ELASTIC=1: the PSLD balancer moves blocks between servers during training")
-	fs.IntVar(&c.SlowServer, "slow-server", c.SlowServer, "server rank to slow with a cgroup CPU quota (--elastic; -1: none)")
+	fs.IntVar(&c.SlowServer, "slow-server", c.SlowServer, "server rank to slow with a cgroup CPU quota (-1: none)")
 	fs.Float64Var(&c.SlowShare, "slow-server-share", c.SlowShare, "the slow server's share of one CPU")
 	fs.IntVar(&c.Moves, "moves", 0, "scripted moves of one block back and forth during training (--elastic)")
 	fs.DurationVar(&c.MoveEvery, "move-every", c.MoveEvery, "interval of the scripted moves, from the start of training")

@@ -40,7 +40,7 @@ func TestParseTrainArgs(t *testing.T) {
 
 	for _, bad := range [][]string{{"--mode", "sync"}, {"--compare", "bsp,psp"}, {"--pause-prob", "2"}, {"--hidden", "a"},
 		{"--straggle-every", "2"}, {"--cpu-straggler", "4"}, {"--workers", "0"}, {"--blocks", "1"}, {"--target", "100"}, {"extra"},
-		{"--slow-server", "1"}, {"--moves", "2"}, {"--elastic", "--slow-server", "2"}, {"--elastic", "--servers", "1", "--blocks", "1", "--moves", "1"},
+		{"--moves", "2"}, {"--slow-server", "2"}, {"--slow-server", "0", "--slow-server-share", "0"}, {"--elastic", "--servers", "1", "--blocks", "1", "--moves", "1"},
 		{"--elastic", "--moves", "-1"}, {"--elastic", "--moves", "1", "--move-every", "0s"}} {
 		_, err := parseTrainArgs(bad)
 		assert.Error(t, err, "%v accepted", bad)

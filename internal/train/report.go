@@ -42,8 +42,8 @@ type RunResult struct {
 	BytesMoved   int64   `json:"bytes_moved"`      // received plus sent by the servers
 	// DelayedPulls and ParkedS come from the servers' sync control; they
 	// are null when the servers report no sync statistics.
-	DelayedPulls *int64         `json:"pulls_delayed"`
-	ParkedS      num            `json:"pulls_parked_s"`
+	DelayedPulls *int64 `json:"pulls_delayed"`
+	ParkedS      num    `json:"pulls_parked_s"`
 	// Elastic jobs: the scheduler's record of the moves (nil otherwise),
 	// and the exactly-once evidence summed over the workers: pulls
 	// answered, responses answered twice (dropped as duplicates), request
@@ -58,23 +58,23 @@ type RunResult struct {
 
 // Row is one mode of the table: medians over its repeats.
 type Row struct {
-	Mode         string    `json:"mode"`
-	Runs         int       `json:"runs"`
-	FinalAcc     float64   `json:"final_accuracy"`
-	TimeToTarget num       `json:"time_to_target_s"` // null: the median run did not reach it
-	ItPerSec     float64   `json:"it_per_s"`
-	TotalS       float64   `json:"total_s"`
-	DelayedPulls num       `json:"pulls_delayed"`
-	ParkedS      num       `json:"pulls_parked_s"`
-	MBMoved      float64   `json:"mb_moved"`
+	Mode         string  `json:"mode"`
+	Runs         int     `json:"runs"`
+	FinalAcc     float64 `json:"final_accuracy"`
+	TimeToTarget num     `json:"time_to_target_s"` // null: the median run did not reach it
+	ItPerSec     float64 `json:"it_per_s"`
+	TotalS       float64 `json:"total_s"`
+	DelayedPulls num     `json:"pulls_delayed"`
+	ParkedS      num     `json:"pulls_parked_s"`
+	MBMoved      float64 `json:"mb_moved"`
 	// Elastic jobs: median committed moves, and the most duplicate
 	// responses of any run (0 when every pull was answered once).
-	Moves      num   `json:"moves"`
-	Duplicates int64 `json:"duplicate_responses"`
-	SpeedUp      num       `json:"speedup_to_target_vs_bsp"`
-	Plotted      int       `json:"plotted_repeat"`
-	TimesToTgt   []num     `json:"time_to_target_runs_s"`
-	FinalAccs    []float64 `json:"final_accuracy_runs"`
+	Moves      num       `json:"moves"`
+	Duplicates int64     `json:"duplicate_responses"`
+	SpeedUp    num       `json:"speedup_to_target_vs_bsp"`
+	Plotted    int       `json:"plotted_repeat"`
+	TimesToTgt []num     `json:"time_to_target_runs_s"`
+	FinalAccs  []float64 `json:"final_accuracy_runs"`
 }
 
 // Report is the outcome of Run; its JSON is written to Config.Out.

@@ -64,8 +64,8 @@ type Config struct {
 	// start of training, besides the balancer's own.
 	Moves     int           `json:"moves"`
 	MoveEvery time.Duration `json:"move_every_ns"`
-	MNISTDir   string   `json:"-"`
-	Out        string   `json:"-"` // directory of the plot and the JSON report
+	MNISTDir  string        `json:"-"`
+	Out       string        `json:"-"` // directory of the plot and the JSON report
 	// Progress is the interval of the workers' progress lines.
 	Progress time.Duration `json:"-"`
 	Timeout  time.Duration `json:"-"` // per job
@@ -140,19 +140,14 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// validateElastic checks the slow server and the scripted moves. A slow
+// server also runs in a static job: the baseline of an elastic one.
 func (c *Config) validateElastic() error {
-	if !c.Elastic {
-		switch {
-		case c.SlowServer >= 0:
-			return errors.New("train: --slow-server needs --elastic (a slow server is what the balancer moves blocks off)")
-		case c.Moves > 0:
-			return errors.New("train: --moves needs --elastic")
-		}
-		return nil
-	}
 	switch {
-	case c.Servers < 2 && (c.SlowServer >= 0 || c.Moves > 0):
-		return errors.New("train: --slow-server and --moves need at least 2 --servers (blocks move between servers)")
+	case c.Moves != 0 && !c.Elastic:
+		return errors.New("train: --moves needs --elastic")
+	case c.Servers < 2 && c.Moves > 0:
+		return errors.New("train: --moves needs at least 2 --servers (blocks move between servers)")
 	case c.SlowServer >= 0 && !(c.SlowShare > 0 && c.SlowShare <= 1):
 		return fmt.Errorf("train: --slow-server-share %g: want a fraction of one CPU in (0, 1]", c.SlowShare)
 	case c.SlowServer >= c.Servers:
