@@ -38,6 +38,16 @@ N(--straggle-mean, --straggle-sd) ms after each iteration (FluentPS's
 injection); --cpu-straggler R puts worker R in a cgroup v1 cpu group with
 a quota of --cpu-share of one CPU (needs root and /sys/fs/cgroup/cpu).
 
+Elastic: --elastic runs every job with PS_ELASTIC=1 (the scheduler runs the
+migration coordinator and the PSLD balancer; blocks move between servers
+live, with their optimizer and sync state). --slow-server R puts server R
+in a cgroup v1 cpu group with a quota of --slow-server-share of one CPU
+(also without --elastic, as the static baseline), so that the balancer
+moves blocks off it; --moves N moves server R's (or
+server 0's) first block back and forth N times, one every --move-every,
+besides the balancer's moves. The table adds the moves and the responses
+the workers dropped as duplicates (a pull answered twice).
+
 Writes train.png, train.svg (test accuracy against wall time, one line per
 mode) and train.json into --out.
 
@@ -83,6 +93,11 @@ func parseTrainArgs(args []string) (trainer.Config, error) {
 	sd := fs.Float64("straggle-sd", 0, "standard deviation of the injected sleep, ms")
 	fs.IntVar(&c.CPURank, "cpu-straggler", c.CPURank, "worker rank to slow with a cgroup CPU quota (-1: none)")
 	fs.Float64Var(&c.CPUShare, "cpu-share", c.CPUShare, "the CPU straggler's share of one CPU")
+	fs.BoolVar(&c.Elastic, "elastic", false, "run every job with PS_ELASTIC=1: the PSLD balancer moves blocks between servers during training")
+	fs.IntVar(&c.SlowServer, "slow-server", c.SlowServer, "server rank to slow with a cgroup CPU quota (-1: none)")
+	fs.Float64Var(&c.SlowShare, "slow-server-share", c.SlowShare, "the slow server's share of one CPU")
+	fs.IntVar(&c.Moves, "moves", 0, "scripted moves of one block back and forth during training (--elastic)")
+	fs.DurationVar(&c.MoveEvery, "move-every", c.MoveEvery, "interval of the scripted moves, from the start of training")
 	fs.StringVar(&c.Out, "out", c.Out, "directory for train.png, train.svg and train.json")
 	fs.StringVar(&c.MNISTDir, "mnist-dir", "", "directory with MNIST's .gz files (default: GoMNIST's data in the Go module cache)")
 	fs.DurationVar(&c.Progress, "progress", c.Progress, "interval of the workers' progress lines")

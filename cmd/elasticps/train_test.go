@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,9 +28,20 @@ func TestParseTrainArgs(t *testing.T) {
 	assert.Equal(t, []int{784, 128, 10}, c.Sizes)
 	assert.Equal(t, "sigmoid", c.PauseProb)
 	assert.Equal(t, 1, c.CPURank)
+	assert.False(t, c.Elastic)
+
+	c, err = parseTrainArgs([]string{"--elastic", "--slow-server", "1", "--slow-server-share", "0.05", "--moves", "4", "--move-every", "300ms"})
+	require.NoError(t, err)
+	assert.True(t, c.Elastic)
+	assert.Equal(t, 1, c.SlowServer)
+	assert.Equal(t, 0.05, c.SlowShare)
+	assert.Equal(t, 4, c.Moves)
+	assert.Equal(t, 300*time.Millisecond, c.MoveEvery)
 
 	for _, bad := range [][]string{{"--mode", "sync"}, {"--compare", "bsp,psp"}, {"--pause-prob", "2"}, {"--hidden", "a"},
-		{"--straggle-every", "2"}, {"--cpu-straggler", "4"}, {"--workers", "0"}, {"--blocks", "1"}, {"--target", "100"}, {"extra"}} {
+		{"--straggle-every", "2"}, {"--cpu-straggler", "4"}, {"--workers", "0"}, {"--blocks", "1"}, {"--target", "100"}, {"extra"},
+		{"--moves", "2"}, {"--slow-server", "2"}, {"--slow-server", "0", "--slow-server-share", "0"}, {"--elastic", "--servers", "1", "--blocks", "1", "--moves", "1"},
+		{"--elastic", "--moves", "-1"}, {"--elastic", "--moves", "1", "--move-every", "0s"}} {
 		_, err := parseTrainArgs(bad)
 		assert.Error(t, err, "%v accepted", bad)
 	}

@@ -10,9 +10,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/coord"
 	"github.com/elasticps/elasticps/internal/nodeproc"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
@@ -48,6 +50,14 @@ type nodePlan struct {
 	Straggle   Straggle `json:"straggle"`
 	CPUGroup   string   `json:"cpu_group"` // cgroup directory the CPU straggler joins; "" none
 	CPURank    int      `json:"cpu_rank"`
+	// SlowGroup is the cgroup directory server SlowServer joins; "" none.
+	SlowGroup  string `json:"slow_group"`
+	SlowServer int    `json:"slow_server"`
+	// Moves scripted moves of MoveFrom's first block, one every MoveEvery
+	// (elastic jobs; the scheduler makes them).
+	Moves     int           `json:"moves"`
+	MoveEvery time.Duration `json:"move_every"`
+	MoveFrom  int           `json:"move_from"`
 	// Progress is the interval of the workers' progress lines.
 	Progress time.Duration `json:"progress"`
 	OutDir   string        `json:"out_dir"`
@@ -73,6 +83,14 @@ type workerResult struct {
 	SleepS     float64 `json:"straggle_s"`
 	Loss       float64 `json:"loss"` // mean training loss of the last iterations
 	CPULimited bool    `json:"cpu_limited"`
+	// Pulls is the pulls answered (every one the worker sent, or it would
+	// not have finished); Duplicates the responses it dropped because they
+	// matched no outstanding request (kv.Worker.Dropped: a pull or push
+	// answered twice); Redirects the request spans it re-sent because a
+	// block had moved.
+	Pulls      int64 `json:"pulls"`
+	Duplicates int64 `json:"duplicate_responses"`
+	Redirects  int64 `json:"redirects"`
 	// EndS is when every worker had finished (the end barrier), since T0;
 	// the evaluating worker's last snapshot is taken then.
 	EndS      float64    `json:"end_s"`
@@ -85,6 +103,10 @@ type serverResult struct {
 	BytesRecv int64 `json:"bytes_recv"`
 	BytesSent int64 `json:"bytes_sent"`
 	MsgsRecv  int64 `json:"msgs_recv"`
+	// Slow tells whether it ran in the slow server's cgroup; Redirected
+	// counts the requests it redirected to a block's new owner.
+	Slow       bool  `json:"slow"`
+	Redirected int64 `json:"redirected"`
 	// Sync is nil when the server has no sync statistics (a kv.Server
 	// without SyncStats).
 	Sync *serverSync `json:"sync,omitempty"`
@@ -121,10 +143,116 @@ func RunNode(ctx context.Context) error {
 	case message.RoleWorker:
 		return runWorker(ctx, po, plan)
 	}
+	return runScheduler(ctx, po, plan)
+}
+
+// trainGroup meets in a barrier when training starts and when every
+// worker has finished, so that the scheduler's balancer and scripted
+// moves run during training only.
+const trainGroup = message.WorkerGroup | message.SchedulerGroup
+
+// schedulerResult is the elastic scheduler's record of a job.
+type schedulerResult struct {
+	Moves       int `json:"moves"`        // committed, by the balancer or scripted
+	FailedMoves int `json:"failed_moves"` // aborted or failed
+	Scripted    int `json:"scripted_moves"`
+	// MovedBytes is the state the committed moves carried.
+	MovedBytes int             `json:"moved_bytes"`
+	History    []movedInterval `json:"history"`
+}
+
+type movedInterval struct {
+	Begin, End uint64
+	From, To   int32
+	Bytes      int
+	Millis     float64
+	Error      string `json:",omitempty"`
+}
+
+// runScheduler runs the scheduler; in an elastic job also the migration
+// coordinator and the PSLD balancer (as 'elasticps scheduler' does), and
+// plan.Moves scripted moves, all stopped when the workers have finished
+// training. A move still under way then is not waited for (it ends when
+// the nodes do); the record of the moves goes to OutDir/scheduler.json.
+func runScheduler(ctx context.Context, po *postoffice.Postoffice, plan nodePlan) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var co *coord.Coordinator
+	if po.Config().Elastic {
+		var err error
+		if co, _, err = nodeproc.StartBalancer(runCtx, po); err != nil {
+			return err
+		}
+	}
 	if err := po.StartWithBarrier(0); err != nil {
 		return err
 	}
+	if err := po.Barrier(0, trainGroup); err != nil {
+		return err
+	}
+	var scripted atomic.Int64
+	if co != nil && plan.Moves > 0 {
+		go scriptedMoves(runCtx, co, po, plan, &scripted)
+	}
+	if err := po.Barrier(0, trainGroup); err != nil {
+		return err
+	}
+	cancel()
+	if co != nil {
+		res := schedulerResult{Scripted: int(scripted.Load())}
+		for _, h := range co.History() {
+			mi := movedInterval{Begin: h.Move.Begin, End: h.Move.End, From: h.Move.From, To: h.Move.To,
+				Bytes: h.Bytes, Millis: float64(h.Duration.Microseconds()) / 1000}
+			if h.Err != nil {
+				mi.Error = h.Err.Error()
+				res.FailedMoves++
+			} else {
+				res.Moves++
+				res.MovedBytes += h.Bytes
+			}
+			res.History = append(res.History, mi)
+		}
+		if err := writeJSON(filepath.Join(plan.OutDir, "scheduler.json"), res); err != nil {
+			return err
+		}
+	}
 	return po.Finalize(0, true)
+}
+
+// scriptedMoves moves the first block of server plan.MoveFrom to another
+// server and back, plan.Moves times, one every plan.MoveEvery, until ctx
+// ends. Each move goes from the block's current owner (the balancer may
+// have moved it too) to MoveFrom, or away from it when it is there.
+func scriptedMoves(ctx context.Context, co *coord.Coordinator, po *postoffice.Postoffice, plan nodePlan, done *atomic.Int64) {
+	m, _ := NewMLP(plan.Sizes)
+	keys, _ := blockKeys(po.ServerKeyRanges(), m.NumParams(), plan.Blocks)
+	home := int32(message.ServerRankToID(plan.MoveFrom))
+	away := int32(message.ServerRankToID((plan.MoveFrom + 1) % po.NumServers()))
+	key := keys[plan.Blocks*plan.MoveFrom/po.NumServers()] // blockKeys puts this block first on MoveFrom
+	for i := range plan.Moves {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(plan.MoveEvery):
+		}
+		// The balancer may move the block between the look-up and the
+		// move: then look again, once.
+		var err error
+		for range 2 {
+			to := home
+			r := co.Table().Current()
+			if j := r.Find(key); j >= 0 && r.Intervals[j].Node == home {
+				to = away
+			}
+			if _, err = co.Move(key, key+1, to); err == nil {
+				done.Add(1)
+				break
+			}
+		}
+		if err != nil {
+			po.Logger().Warn("train: scripted move failed", "move", i+1, "key", key, "err", err)
+		}
+	}
 }
 
 // runServer runs paramstore's SGD with the mean of the workers' gradients,
@@ -150,11 +278,18 @@ func runServer(po *postoffice.Postoffice, plan nodePlan) error {
 	if err := po.StartWithBarrier(0); err != nil {
 		return err
 	}
+	slow := plan.SlowGroup != "" && po.MyRank() == plan.SlowServer
+	if slow { // its rank is known now, before training starts
+		if err := (&CPUGroup{Dir: plan.SlowGroup}).Join(os.Getpid()); err != nil {
+			return err
+		}
+	}
 	if err := po.Finalize(0, true); err != nil {
 		return err
 	}
 	st := po.Stats()
-	res := serverResult{Rank: po.MyRank(), BytesRecv: st.BytesRecv.Load(), BytesSent: st.BytesSent.Load(), MsgsRecv: st.MsgsRecv.Load()}
+	res := serverResult{Rank: po.MyRank(), BytesRecv: st.BytesRecv.Load(), BytesSent: st.BytesSent.Load(), MsgsRecv: st.MsgsRecv.Load(),
+		Slow: slow, Redirected: en.Redirected()}
 	if ss, ok := any(srv).(syncStater); ok {
 		s, parked := ss.SyncStats()
 		res.Sync = &serverSync{Stats: s, ParkedNS: int64(parked)}
@@ -218,6 +353,7 @@ func runWorker(ctx context.Context, po *postoffice.Postoffice, plan nodePlan) er
 	if err := wk.train(ctx); err != nil {
 		return fmt.Errorf("worker %d: %w", wk.rank, err)
 	}
+	wk.res.Duplicates, wk.res.Redirects = kw.Dropped(), kw.Redirects()
 	if err := writeJSON(filepath.Join(plan.OutDir, fmt.Sprintf("worker-%d.json", wk.rank)), wk.res); err != nil {
 		return err
 	}
@@ -247,6 +383,9 @@ func (wk *worker) pull() error {
 	ts, err := kv.Pull(wk.w, wk.keys, &wk.params, &wk.lensOut, kv.Options{})
 	err = wk.wait("pull", ts, err)
 	wk.pullDu += time.Since(t)
+	if err == nil {
+		wk.res.Pulls++
+	}
 	return err
 }
 
@@ -297,7 +436,7 @@ func (wk *worker) train(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := wk.po.Barrier(0, message.WorkerGroup); err != nil {
+	if err := wk.po.Barrier(0, trainGroup); err != nil {
 		return err
 	}
 	wk.pushDur, wk.pullDu = 0, 0
@@ -357,7 +496,7 @@ func (wk *worker) train(ctx context.Context) error {
 	wk.res.Iterations = plan.Iterations
 	wk.res.Loss = mean(recent)
 	wk.res.PushS, wk.res.PullS, wk.res.SleepS = wk.pushDur.Seconds(), wk.pullDu.Seconds(), sleep.Seconds()
-	if err := wk.po.Barrier(0, message.WorkerGroup); err != nil {
+	if err := wk.po.Barrier(0, trainGroup); err != nil {
 		return err
 	}
 	wk.res.EndS = time.Since(t0).Seconds()

@@ -117,7 +117,7 @@ func TestCPUGroupLimitsAProcess(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cgroupCPURoot, "cpu.cfs_quota_us")); err != nil {
 		t.Skip("no cgroup v1 cpu controller at " + cgroupCPURoot)
 	}
-	g, err := NewCPUGroup("", 0.25)
+	g, err := NewCPUGroup("", 0.25, "--cpu-straggler")
 	require.NoError(t, err)
 	removed := false
 	defer func() {
@@ -141,10 +141,11 @@ func TestCPUGroupLimitsAProcess(t *testing.T) {
 }
 
 func TestCPUGroupErrors(t *testing.T) {
-	_, err := NewCPUGroup(t.TempDir(), 0.5)
+	_, err := NewCPUGroup(t.TempDir(), 0.5, "--slow-server")
 	assert.ErrorContains(t, err, "no cgroup v1 cpu controller")
-	_, err = NewCPUGroup("", 1.5)
-	assert.ErrorContains(t, err, "--cpu-share 1.5")
+	assert.ErrorContains(t, err, "or run without --slow-server", "the message names the flag that asked for the group")
+	_, err = NewCPUGroup("", 1.5, "--cpu-straggler")
+	assert.ErrorContains(t, err, "--cpu-straggler: CPU share 1.5")
 }
 
 func TestTabulateTargetsAndMedians(t *testing.T) {

@@ -42,27 +42,39 @@ type RunResult struct {
 	BytesMoved   int64   `json:"bytes_moved"`      // received plus sent by the servers
 	// DelayedPulls and ParkedS come from the servers' sync control; they
 	// are null when the servers report no sync statistics.
-	DelayedPulls *int64         `json:"pulls_delayed"`
-	ParkedS      num            `json:"pulls_parked_s"`
-	Workers      []workerResult `json:"workers"`
-	Servers      []serverResult `json:"servers"`
+	DelayedPulls *int64 `json:"pulls_delayed"`
+	ParkedS      num    `json:"pulls_parked_s"`
+	// Elastic jobs: the scheduler's record of the moves (nil otherwise),
+	// and the exactly-once evidence summed over the workers: pulls
+	// answered, responses answered twice (dropped as duplicates), request
+	// spans redirected after a move.
+	Moves      *schedulerResult `json:"moves,omitempty"`
+	Pulls      int64            `json:"pulls"`
+	Duplicates int64            `json:"duplicate_responses"`
+	Redirects  int64            `json:"redirects"`
+	Workers    []workerResult   `json:"workers"`
+	Servers    []serverResult   `json:"servers"`
 }
 
 // Row is one mode of the table: medians over its repeats.
 type Row struct {
-	Mode         string    `json:"mode"`
-	Runs         int       `json:"runs"`
-	FinalAcc     float64   `json:"final_accuracy"`
-	TimeToTarget num       `json:"time_to_target_s"` // null: the median run did not reach it
-	ItPerSec     float64   `json:"it_per_s"`
-	TotalS       float64   `json:"total_s"`
-	DelayedPulls num       `json:"pulls_delayed"`
-	ParkedS      num       `json:"pulls_parked_s"`
-	MBMoved      float64   `json:"mb_moved"`
-	SpeedUp      num       `json:"speedup_to_target_vs_bsp"`
-	Plotted      int       `json:"plotted_repeat"`
-	TimesToTgt   []num     `json:"time_to_target_runs_s"`
-	FinalAccs    []float64 `json:"final_accuracy_runs"`
+	Mode         string  `json:"mode"`
+	Runs         int     `json:"runs"`
+	FinalAcc     float64 `json:"final_accuracy"`
+	TimeToTarget num     `json:"time_to_target_s"` // null: the median run did not reach it
+	ItPerSec     float64 `json:"it_per_s"`
+	TotalS       float64 `json:"total_s"`
+	DelayedPulls num     `json:"pulls_delayed"`
+	ParkedS      num     `json:"pulls_parked_s"`
+	MBMoved      float64 `json:"mb_moved"`
+	// Elastic jobs: median committed moves, and the most duplicate
+	// responses of any run (0 when every pull was answered once).
+	Moves      num       `json:"moves"`
+	Duplicates int64     `json:"duplicate_responses"`
+	SpeedUp    num       `json:"speedup_to_target_vs_bsp"`
+	Plotted    int       `json:"plotted_repeat"`
+	TimesToTgt []num     `json:"time_to_target_runs_s"`
+	FinalAccs  []float64 `json:"final_accuracy_runs"`
 }
 
 // Report is the outcome of Run; its JSON is written to Config.Out.
@@ -98,7 +110,16 @@ func collect(dir string, c Config, mode string, repeat int) (*RunResult, error) 
 		losses = append(losses, w.Loss)
 		pulls = append(pulls, w.PullS)
 		r.TotalS = max(r.TotalS, w.EndS)
+		r.Pulls += w.Pulls
+		r.Duplicates += w.Duplicates
+		r.Redirects += w.Redirects
 		r.Workers = append(r.Workers, w)
+	}
+	if c.Elastic {
+		r.Moves = new(schedulerResult)
+		if err := nodeproc.ReadResult(filepath.Join(dir, "scheduler.json"), r.Moves); err != nil {
+			return nil, err
+		}
 	}
 	r.ItPerSec, r.Loss, r.PullS = stats.Mean(rates), stats.Mean(losses), stats.Mean(pulls)
 	var delayed int64
@@ -222,9 +243,9 @@ func (rep *Report) tabulate() {
 		}
 	}
 	for _, mode := range c.Modes {
-		row := &Row{Mode: mode, TimeToTarget: num(math.NaN()), DelayedPulls: num(math.NaN()), ParkedS: num(math.NaN()), SpeedUp: num(math.NaN())}
+		row := &Row{Mode: mode, TimeToTarget: num(math.NaN()), DelayedPulls: num(math.NaN()), ParkedS: num(math.NaN()), SpeedUp: num(math.NaN()), Moves: num(math.NaN())}
 		var runs []*RunResult
-		var acc, rate, total, mb, delayed, parked []float64
+		var acc, rate, total, mb, delayed, parked, moves []float64
 		for _, r := range rep.Runs {
 			if r.Mode != mode {
 				continue
@@ -235,6 +256,10 @@ func (rep *Report) tabulate() {
 			total = append(total, r.TotalS)
 			mb = append(mb, float64(r.BytesMoved)/1e6)
 			row.TimesToTgt = append(row.TimesToTgt, r.TimeToTarget)
+			row.Duplicates = max(row.Duplicates, r.Duplicates)
+			if r.Moves != nil {
+				moves = append(moves, float64(r.Moves.Moves))
+			}
 			if r.DelayedPulls != nil {
 				delayed = append(delayed, float64(*r.DelayedPulls))
 				parked = append(parked, float64(r.ParkedS))
@@ -244,6 +269,9 @@ func (rep *Report) tabulate() {
 		row.FinalAcc, row.ItPerSec, row.TotalS, row.MBMoved = stats.Median(acc), stats.Median(rate), stats.Median(total), stats.Median(mb)
 		if len(delayed) == len(runs) {
 			row.DelayedPulls, row.ParkedS = num(stats.Median(delayed)), num(stats.Median(parked))
+		}
+		if len(moves) == len(runs) {
+			row.Moves = num(stats.Median(moves))
 		}
 		// A run that never reached the target counts as infinitely slow;
 		// the row's run (and the plotted one) is the lower median.
@@ -267,6 +295,38 @@ func (rep *Report) tabulate() {
 		}
 	}
 	rep.Checks = checks(rep.Rows, bsp)
+	if c.Elastic {
+		rep.Checks = append(rep.Checks, rep.elasticChecks()...)
+	}
+}
+
+// elasticChecks states issue 19's goal for elastic jobs per mode: blocks
+// moved during training, no pull answered twice, and none lost (every
+// worker finished all its iterations, which it cannot with a pull
+// unanswered).
+func (rep *Report) elasticChecks() []string {
+	var out []string
+	for _, row := range rep.Rows {
+		var moves, failed int
+		var pulls int64
+		for _, r := range rep.Runs {
+			if r.Mode == row.Mode && r.Moves != nil {
+				moves += r.Moves.Moves
+				failed += r.Moves.FailedMoves
+				pulls += r.Pulls
+			}
+		}
+		out = append(out, fmt.Sprintf("%s elastic: blocks moved during training: %s (%d moves, %d failed); no pull answered twice: %s (%d duplicates); no pull lost: met (%d pulls answered, every worker finished its %d iterations)",
+			row.Mode, yesNo(moves > 0), moves, failed, yesNo(row.Duplicates == 0), row.Duplicates, pulls, rep.Iterations))
+	}
+	return out
+}
+
+func yesNo(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
 }
 
 func infNaN(n num) float64 {
@@ -296,12 +356,7 @@ func checks(rows []*Row, bsp *Row) []string {
 		}
 		return nil
 	}
-	yes := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "NOT met"
-	}
+	yes := yesNo
 	var out []string
 	if bsp != nil {
 		for _, r := range rows {
@@ -337,10 +392,22 @@ func (rep *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "\nmedians of %d run(s) per mode; test accuracy on %d test images, evaluated off the training clock on worker %d's snapshots every %d iterations\n",
 		c.Repeat, rep.TestSamples, rep.EvalRank, c.EvalEvery)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "mode\tfinal acc %%\t%s\tvs bsp\tit/s\ttotal s\tpulls delayed\tparked s\tMB moved\t\n", tgt)
+	head := fmt.Sprintf("mode\tfinal acc %%\t%s\tvs bsp\tit/s\ttotal s\tpulls delayed\tparked s\tMB moved\t", tgt)
+	if c.Elastic {
+		head += "moves\tduplicates\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rep.Rows {
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%.0f\t\n", r.Mode, 100*r.FinalAcc, fmtOr(r.TimeToTarget, "not reached"),
+		line := fmt.Sprintf("%s\t%.2f\t%s\t%s\t%.2f\t%.1f\t%s\t%s\t%.0f\t", r.Mode, 100*r.FinalAcc, fmtOr(r.TimeToTarget, "not reached"),
 			fmtSpeedUp(r.SpeedUp), r.ItPerSec, r.TotalS, fmtOr(r.DelayedPulls, "n/a"), fmtOr(r.ParkedS, "n/a"), r.MBMoved)
+		if c.Elastic {
+			moves := "n/a"
+			if !r.Moves.isNaN() {
+				moves = fmt.Sprintf("%.0f", float64(r.Moves))
+			}
+			line += fmt.Sprintf("%s\t%d\t", moves, r.Duplicates)
+		}
+		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
@@ -351,6 +418,9 @@ func (rep *Report) print(w io.Writer) {
 	}
 	fmt.Fprintln(w, "it/s: iterations per second per worker (compute, push and pull of every block, plus any injected sleep), averaged over the workers")
 	fmt.Fprintln(w, "total s: until every worker had finished; MB moved: bytes received and sent by the servers")
+	if c.Elastic {
+		fmt.Fprintln(w, "moves: key range migrations committed during training (balancer and scripted); duplicates: responses the workers dropped as answered twice (max over the runs)")
+	}
 	if rep.Rows[0].DelayedPulls.isNaN() {
 		fmt.Fprintln(w, "pulls delayed, parked s: n/a: these servers report no sync statistics (kv.Server has no SyncStats in this build)")
 	} else {

@@ -53,8 +53,19 @@ type Config struct {
 	CPURank    int      `json:"cpu_straggler"` // worker rank slowed by a CPU quota; -1 none
 	CPUShare   float64  `json:"cpu_share"`     // its share of one CPU
 	CPURoot    string   `json:"-"`             // cgroup v1 cpu hierarchy ("" = /sys/fs/cgroup/cpu)
-	MNISTDir   string   `json:"-"`
-	Out        string   `json:"-"` // directory of the plot and the JSON report
+	// Elastic runs every job with PS_ELASTIC=1: the scheduler runs the
+	// migration coordinator and the PSLD balancer, the servers hand
+	// blocks over live.
+	Elastic    bool    `json:"elastic"`
+	SlowServer int     `json:"slow_server"`       // server rank slowed by a CPU quota (elastic jobs); -1 none
+	SlowShare  float64 `json:"slow_server_share"` // its share of one CPU
+	// Moves are scripted moves of one block back and forth between the
+	// slow server (or server 0) and another, one every MoveEvery from the
+	// start of training, besides the balancer's own.
+	Moves     int           `json:"moves"`
+	MoveEvery time.Duration `json:"move_every_ns"`
+	MNISTDir  string        `json:"-"`
+	Out       string        `json:"-"` // directory of the plot and the JSON report
 	// Progress is the interval of the workers' progress lines.
 	Progress time.Duration `json:"-"`
 	Timeout  time.Duration `json:"-"` // per job
@@ -66,7 +77,7 @@ func DefaultConfig() Config {
 	return Config{
 		Workers: 4, Servers: 2, Modes: []string{"asp"}, Repeat: 1, Staleness: 3, Seed: 1,
 		Epochs: 1, Batch: 32, LR: 0.3, EvalEvery: 25, Sizes: []int{ImageSize, 1024, 256, Classes},
-		Blocks: 8, CPURank: -1, CPUShare: 0.25, Progress: 3 * time.Second, Timeout: 30 * time.Minute,
+		Blocks: 8, CPURank: -1, CPUShare: 0.25, SlowServer: -1, SlowShare: 0.1, MoveEvery: time.Second, Progress: 3 * time.Second, Timeout: 30 * time.Minute,
 		Out: filepath.Join(os.TempDir(), "elasticps-train"),
 	}
 }
@@ -107,10 +118,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("train: --blocks %d: want at least one block per server (%d)", c.Blocks, c.Servers)
 	case c.TrainLimit < 0 || c.TestLimit < 0:
 		return errors.New("train: --train-samples and --test-samples must be >= 0 (0: all)")
+	case c.CPURank >= 0 && !(c.CPUShare > 0 && c.CPUShare <= 1):
+		return fmt.Errorf("train: --cpu-share %g: want a fraction of one CPU in (0, 1]", c.CPUShare)
 	case c.CPURank >= c.Workers:
 		return fmt.Errorf("train: --cpu-straggler %d: want a worker rank 0..%d, or -1", c.CPURank, c.Workers-1)
 	case c.Progress <= 0 || c.Timeout <= 0:
 		return errors.New("train: --progress and --timeout must be positive")
+	}
+	if err := c.validateElastic(); err != nil {
+		return err
 	}
 	if _, err := NewMLP(c.Sizes); err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -123,6 +139,29 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// validateElastic checks the slow server and the scripted moves. A slow
+// server also runs in a static job: the baseline of an elastic one.
+func (c *Config) validateElastic() error {
+	switch {
+	case c.Moves != 0 && !c.Elastic:
+		return errors.New("train: --moves needs --elastic")
+	case c.Servers < 2 && c.Moves > 0:
+		return errors.New("train: --moves needs at least 2 --servers (blocks move between servers)")
+	case c.SlowServer >= 0 && !(c.SlowShare > 0 && c.SlowShare <= 1):
+		return fmt.Errorf("train: --slow-server-share %g: want a fraction of one CPU in (0, 1]", c.SlowShare)
+	case c.SlowServer >= c.Servers:
+		return fmt.Errorf("train: --slow-server %d: want a server rank 0..%d, or -1", c.SlowServer, c.Servers-1)
+	case c.Moves < 0:
+		return errors.New("train: --moves must be >= 0")
+	case c.Moves > 0 && c.MoveEvery <= 0:
+		return errors.New("train: --move-every must be positive")
+	}
+	return nil
+}
+
+// moveFrom is the server rank whose first block the scripted moves move.
+func (c *Config) moveFrom() int { return max(0, c.SlowServer) }
 
 // evalRank is the worker that snapshots the weights: the lowest rank that
 // is not a straggler, so that its snapshots come at the healthy pace
@@ -187,6 +226,9 @@ func Run(ctx context.Context, c Config, out, progress io.Writer) (*Report, error
 	if s := c.stragglerNote(); s != "" {
 		fmt.Fprintf(out, "stragglers: %s\n", s)
 	}
+	if c.Elastic {
+		fmt.Fprintf(out, "elastic: PS_ELASTIC=1, the scheduler runs the PSLD balancer%s\n", c.movesNote())
+	}
 	total := len(c.Modes) * c.Repeat
 	k := 0
 	for r := range c.Repeat {
@@ -223,7 +265,17 @@ func (c *Config) stragglerNote() string {
 	if c.CPURank >= 0 {
 		s = append(s, fmt.Sprintf("worker %d runs in a cgroup limited to %g of one CPU", c.CPURank, c.CPUShare))
 	}
+	if c.SlowServer >= 0 {
+		s = append(s, fmt.Sprintf("server %d runs in a cgroup limited to %g of one CPU", c.SlowServer, c.SlowShare))
+	}
 	return strings.Join(s, "; ")
+}
+
+func (c *Config) movesNote() string {
+	if c.Moves == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", and moves server %d's first block back and forth %d times, one every %v", c.moveFrom(), c.Moves, c.MoveEvery)
 }
 
 // runJob runs one mode once and evaluates its snapshots.
@@ -235,20 +287,33 @@ func runJob(ctx context.Context, exe string, c Config, mode string, repeat, iter
 	defer os.RemoveAll(dir)
 	plan := nodePlan{Sizes: c.Sizes, Blocks: c.Blocks, Batch: c.Batch, Iterations: iters, LR: c.LR, Seed: c.Seed,
 		EvalEvery: c.EvalEvery, EvalRank: c.evalRank(), TrainLimit: c.TrainLimit, MNISTDir: c.MNISTDir,
-		Straggle: c.Straggle, CPURank: c.CPURank, Progress: c.Progress, OutDir: dir}
+		Straggle: c.Straggle, CPURank: c.CPURank, Progress: c.Progress, OutDir: dir,
+		SlowServer: c.SlowServer, Moves: c.Moves, MoveEvery: c.MoveEvery, MoveFrom: c.moveFrom()}
 	if c.CPURank >= 0 {
-		g, err := NewCPUGroup(c.CPURoot, c.CPUShare)
+		g, err := NewCPUGroup(c.CPURoot, c.CPUShare, "--cpu-straggler")
 		if err != nil {
 			return nil, err
 		}
 		defer g.Remove()
 		plan.CPUGroup = g.Dir
 	}
+	if c.SlowServer >= 0 {
+		g, err := NewCPUGroup(c.CPURoot, c.SlowShare, "--slow-server")
+		if err != nil {
+			return nil, err
+		}
+		defer g.Remove()
+		plan.SlowGroup = g.Dir
+	}
 	planJSON, err := jsonString(plan)
 	if err != nil {
 		return nil, err
 	}
-	env := append([]string{planEnv + "=" + planJSON, "PS_ELASTIC=0"}, nodeproc.LoopbackEnv()...)
+	elasticEnv := "PS_ELASTIC=0"
+	if c.Elastic {
+		elasticEnv = "PS_ELASTIC=1"
+	}
+	env := append([]string{planEnv + "=" + planJSON, elasticEnv}, nodeproc.LoopbackEnv()...)
 	env = append(env, c.syncEnv(mode)...)
 	var logs bytes.Buffer
 	var logMu sync.Mutex

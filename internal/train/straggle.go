@@ -61,24 +61,25 @@ type CPUGroup struct {
 }
 
 // NewCPUGroup creates a cgroup under root (cgroupCPURoot when "") that
-// limits its processes to share of one CPU. It needs root and the cgroup
-// v1 cpu controller; the error says which is missing.
-func NewCPUGroup(root string, share float64) (*CPUGroup, error) {
+// limits its processes to share of one CPU, for the flag that asked for
+// it (--cpu-straggler, --slow-server). It needs root and the cgroup v1 cpu
+// controller; the error says which is missing.
+func NewCPUGroup(root string, share float64, flag string) (*CPUGroup, error) {
 	if !(share > 0 && share <= 1) {
-		return nil, fmt.Errorf("--cpu-share %g: want a fraction of one CPU in (0, 1]", share)
+		return nil, fmt.Errorf("%s: CPU share %g: want a fraction of one CPU in (0, 1]", flag, share)
 	}
 	if root == "" {
 		root = cgroupCPURoot
 	}
 	if _, err := os.Stat(filepath.Join(root, "cpu.cfs_quota_us")); err != nil {
-		return nil, fmt.Errorf("CPU straggler: no cgroup v1 cpu controller at %s (%v): mount it (mount -t cgroup -o cpu cgroup %s) or run without --cpu-straggler", root, err, root)
+		return nil, fmt.Errorf("%s: no cgroup v1 cpu controller at %s (%v): mount it (mount -t cgroup -o cpu cgroup %s) or run without %s", flag, root, err, root, flag)
 	}
 	if os.Geteuid() != 0 {
-		return nil, errors.New("CPU straggler: creating a cgroup needs root: run as root or without --cpu-straggler")
+		return nil, fmt.Errorf("%s: creating a cgroup needs root: run as root or without %s", flag, flag)
 	}
 	dir := filepath.Join(root, fmt.Sprintf("elasticps-train-%d-%d", os.Getpid(), time.Now().UnixNano()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("CPU straggler: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	g := &CPUGroup{Dir: dir, Share: share}
 	quota := max(1000, int(share*cfsPeriodUS)) // the kernel's minimum is 1 ms
