@@ -82,9 +82,6 @@ func Open(ctx context.Context, cfg postoffice.Config) (po *postoffice.Postoffice
 	}, nil
 }
 
-// StartBalancer starts the PSLD loop of an elastic scheduler: the
-// migration coordinator, and the planner every PS_BALANCE_INTERVAL
-// milliseconds (default 2000) from the moment the node is ready until ctx
 // StartWorker creates po's worker (app 0, customer 0; elastic mode's when
 // the job is elastic) and starts the node with a barrier. The caller
 // closes the worker.
@@ -104,6 +101,9 @@ func StartWorker(po *postoffice.Postoffice) (*kv.Worker, error) {
 	return w, nil
 }
 
+// StartBalancer starts the PSLD loop of an elastic scheduler: the
+// migration coordinator, and the planner every PS_BALANCE_INTERVAL
+// milliseconds (default 2000) from the moment the node is ready until ctx
 // ends.
 func StartBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Coordinator, *coord.Balancer, error) {
 	c, err := coord.New(po)
