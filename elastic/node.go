@@ -164,6 +164,10 @@ func newServerAgent(n *Node, s *kv.Server, mig Migrator) *serverAgent {
 	if mig != nil {
 		a.mig.Store(&mig)
 	}
+	if n.po.Config().Replicas > 0 {
+		a.rep = newReplication()
+		n.po.OnNodeGone(a.serverGone)
+	}
 	return a
 }
 

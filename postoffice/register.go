@@ -71,8 +71,9 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		return
 	}
 	for _, n := range toConnect {
-		// Workers never talk to workers, nor servers to servers.
-		if n.Role == me.Role && n.ID != me.ID {
+		// Workers never talk to workers, nor servers to servers, but
+		// with PS_REPLICAS a primary forwards pushes to its backups.
+		if n.Role == me.Role && n.ID != me.ID && (me.Role != message.RoleServer || p.cfg.Replicas == 0) {
 			continue
 		}
 		if err := p.tr.Connect(n, me.ID); err != nil {
