@@ -26,7 +26,7 @@ type replication struct {
 	seen   *replica.Seen
 	active map[activeKey]bool // interval (begin, end) -> backup seeded and forwarded to
 	queue  []*forwarded       // requests waiting for the backups, in admission order
-	pass   map[*message.Message]bool
+	pass   map[*message.Message]*forwarded // released, not yet admitted again
 	seeds  []*seeding
 
 	readmitMu sync.Mutex   // releases queued requests in order
@@ -58,7 +58,7 @@ type seeding struct {
 }
 
 func newReplication() *replication {
-	return &replication{seen: replica.NewSeen(), active: map[activeKey]bool{}, pass: map[*message.Message]bool{}}
+	return &replication{seen: replica.NewSeen(), active: map[activeKey]bool{}, pass: map[*message.Message]*forwarded{}}
 }
 
 // replicate is Admit's step for a request this server is the primary of,
@@ -170,7 +170,7 @@ func (e *serverAgent) release() {
 		rp.queue = rp.queue[1:]
 		ready = append(ready, f)
 		if !f.dup || f.m.Meta.Pull {
-			rp.pass[f.m] = f.dup
+			rp.pass[f.m] = f
 		}
 	}
 	e.mu.Unlock()
@@ -394,6 +394,9 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 	for {
 		e.mu.Lock()
 		busy := slices.ContainsFunc(e.rep.queue, func(f *forwarded) bool { return overlaps(f.lo, f.hi+1, sd.begin, sd.end) })
+		for _, f := range e.rep.pass {
+			busy = busy || overlaps(f.lo, f.hi+1, sd.begin, sd.end)
+		}
 		for r := range e.inflight {
 			busy = busy || overlaps(r.lo, r.hi+1, sd.begin, sd.end)
 		}

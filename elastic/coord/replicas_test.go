@@ -11,6 +11,7 @@ import (
 
 	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
 )
@@ -128,4 +129,45 @@ func TestReplicatedJobSurvivesAServerDeath(t *testing.T) {
 	}
 	// k copies again: each interval has a live backup other than its owner
 	j.waitReplicated(t, 1, victim)
+}
+
+// A push re-sent with the timestamp of one applied before (as a worker
+// re-sends after a failover) is acknowledged but not applied again, on
+// the primary and on its backup.
+func TestReplicatedPrimarySkipsARepeatedPush(t *testing.T) {
+	j := startJobWith(t, 3, 1, jobOpts{configure: replicated(1)})
+	r := j.waitReplicated(t, 1)
+	iv := r.Intervals[0]
+	key := iv.Begin + 5
+	// The first push goes through the worker, so it is replicated once
+	// the backup is seeded.
+	ts, err := kv.Push(j.kvw[0], []uint64{key}, []float32{7}, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+
+	again := &message.Message{Meta: message.NewMeta()}
+	again.Meta.AppID, again.Meta.CustomerID, again.Meta.Timestamp = 0, 0, ts
+	again.Meta.Request, again.Meta.Push = true, true
+	again.Meta.Recver = iv.Node
+	again.Meta.Ext.Epoch = r.Epoch
+	again.AddData(message.Uint64, kv.KeysToBytes([]uint64{key}))
+	again.AddData(message.Float, kv.AsBytes([]float32{7}))
+	_, err = j.workers[0].Send(again)
+	require.NoError(t, err)
+	// A later push of the same key is applied: the repeat before it was
+	// answered (the worker drops that answer: its operation is done).
+	ts, err = kv.Push(j.kvw[0], []uint64{key}, []float32{1}, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+	testutil.WaitFor(t, 10*time.Second, func() bool { return j.kvw[0].Dropped() == 1 }, func() string { return "the repeat was not answered" })
+
+	for _, id := range []int32{iv.Node, iv.Backups[0]} {
+		i := slices.IndexFunc(j.servers, func(po *postoffice.Postoffice) bool { return po.MyNode().ID == id })
+		require.GreaterOrEqual(t, i, 0)
+		res, err := j.srvs[i].HandleLocal(kv.LocalRequest{DataType: message.Float, Data: kv.KVPairs{Keys: []uint64{key}}}, 10*time.Second)
+		require.NoError(t, err)
+		got, err := kv.FromBytes[float32](res.Vals)
+		require.NoError(t, err)
+		assert.Equal(t, []float32{8}, got, "server %d applied the push once", id)
+	}
 }
