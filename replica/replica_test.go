@@ -70,7 +70,7 @@ func TestFailoverWithoutALiveBackupLosesTheInterval(t *testing.T) {
 
 func TestSeenTellsEarlierPushesFromLaterOnes(t *testing.T) {
 	s := NewSeen()
-	w := int32(9<<8 | 0)
+	w := int32(9 << 8) // worker node 9, customer 0
 	assert.False(t, s.Applied(w, 5, 1))
 	s.Note(w, 5, 3)
 	assert.True(t, s.Applied(w, 5, 3))
