@@ -46,6 +46,7 @@ type forwarded struct {
 	lo, hi uint64
 	waits  []int32 // backups that have not answered
 	dup    bool    // a push applied here before: answered without the handler
+	failed error   // a backup could not apply it: answered with this error
 }
 
 // seeding copies an interval to a new backup; the interval's requests are
@@ -126,14 +127,13 @@ func (e *serverAgent) backupsOf(lo, hi uint64) []int32 {
 
 // forwardDone records a backup's answer to a forwarded push.
 func (e *serverAgent) forwardDone(f *forwarded, b int32, err error) {
-	if err != nil {
-		// The backup could not apply it: it no longer matches the
-		// primary. Keep waiting; the coordinator replaces a backup that
-		// keeps failing only when it dies, so say so loudly.
-		e.po.Logger().Error("elastic: a backup failed to apply a forwarded push; the push is not acknowledged", "backup", b, "err", err)
-		return
-	}
 	e.mu.Lock()
+	if err != nil && f.failed == nil {
+		// Not applied here either: the worker gets the error rather than
+		// an acknowledgement the backup cannot back.
+		e.po.Logger().Error("elastic: a backup failed to apply a forwarded push; the push fails", "backup", b, "err", err)
+		f.failed = fmt.Errorf("backup server %d could not apply the push: %w", b, err)
+	}
 	f.waits = slices.DeleteFunc(f.waits, func(x int32) bool { return x == b })
 	e.mu.Unlock()
 	e.release()
@@ -169,15 +169,18 @@ func (e *serverAgent) release() {
 		f := rp.queue[0]
 		rp.queue = rp.queue[1:]
 		ready = append(ready, f)
-		if !f.dup || f.m.Meta.Pull {
+		if f.failed == nil && (!f.dup || f.m.Meta.Pull) {
 			rp.pass[f.m] = f
 		}
 	}
 	e.mu.Unlock()
 	for _, f := range ready {
 		switch {
+		case f.failed != nil:
+			e.answer(f.m, f.failed)
 		case f.dup && !f.m.Meta.Pull:
-			e.answerDuplicate(f.m)
+			e.rep.dupes.Add(1)
+			e.answer(f.m, nil)
 		case f.dup:
 			// Applied before: serve it as the pull it also is.
 			f.m.Meta.Push = false
@@ -191,19 +194,22 @@ func (e *serverAgent) release() {
 	}
 }
 
-// answerDuplicate acknowledges a push this server applied before (the
-// worker re-sent it after a failover).
-func (e *serverAgent) answerDuplicate(m *message.Message) {
+// answer answers a push without the handler: an acknowledgement of one
+// this server applied before (the worker re-sent it after a failover), or
+// err (the elasticps error extension: the worker's Wait returns it).
+func (e *serverAgent) answer(m *message.Message, err error) {
 	r := &message.Message{Meta: message.NewMeta()}
 	r.Meta.AppID = m.Meta.AppID
 	r.Meta.CustomerID = m.Meta.CustomerID
-	r.Meta.Push = true
+	r.Meta.Push, r.Meta.Pull = m.Meta.Push, m.Meta.Pull
 	r.Meta.Head = m.Meta.Head
 	r.Meta.Timestamp = m.Meta.Timestamp
 	r.Meta.Recver = m.Meta.Sender
-	e.rep.dupes.Add(1)
+	if err != nil {
+		r.Meta.Body = []byte(err.Error())
+	}
 	if _, err := e.po.Send(r); err != nil {
-		e.po.Logger().Error("elastic: acknowledgement of a duplicate push not sent", "to", m.Meta.Sender, "err", err)
+		e.po.Logger().Error("elastic: answer to a replicated push not sent", "to", m.Meta.Sender, "err", err)
 	}
 }
 

@@ -85,11 +85,12 @@ func (c *Coordinator) Failover(dead int32) (promoted, lost []routing.Interval, e
 	return promoted, lost, err
 }
 
-// live drops the nodes the job lost from ids.
+// live drops the nodes the job lost from ids, also those a restarted
+// process took over (its workers treat that id's range as lost).
 func (c *Coordinator) live(ids []int32) []int32 {
 	out := ids[:0:0]
 	for _, id := range ids {
-		if g, ok := c.po.Gone(id); ok && g.Dead && !g.Replaced {
+		if g, ok := c.po.Gone(id); ok && g.Dead {
 			continue
 		}
 		out = append(out, id)

@@ -160,6 +160,8 @@ func TestReplicatedPrimarySkipsARepeatedPush(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, j.kvw[0].Wait(ts))
 	testutil.WaitFor(t, 10*time.Second, func() bool { return j.kvw[0].Dropped() == 1 }, func() string { return "the repeat was not answered" })
+	i := slices.IndexFunc(j.servers, func(po *postoffice.Postoffice) bool { return po.MyNode().ID == iv.Node })
+	assert.Equal(t, int64(1), j.srvEl[i].DuplicatePushes())
 
 	for _, id := range []int32{iv.Node, iv.Backups[0]} {
 		i := slices.IndexFunc(j.servers, func(po *postoffice.Postoffice) bool { return po.MyNode().ID == id })
