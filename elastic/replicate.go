@@ -284,6 +284,11 @@ func (e *serverAgent) applyForwarded(body []byte) error {
 	first := p.req.Data.Keys[0]
 	e.mu.Lock()
 	dup := e.rep.seen.Applied(p.worker, first, p.ts)
+	if !dup {
+		// Noted before it is applied: the worker may re-send it to this
+		// server meanwhile (its primary died), and that copy must find it.
+		e.rep.seen.Note(p.worker, first, p.ts)
+	}
 	e.mu.Unlock()
 	if dup {
 		return nil
@@ -291,9 +296,6 @@ func (e *serverAgent) applyForwarded(body []byte) error {
 	if _, err := e.s.HandleLocal(p.req, localTimeout); err != nil {
 		return fmt.Errorf("the handler did not apply a forwarded push: %w", err)
 	}
-	e.mu.Lock()
-	e.rep.seen.Note(p.worker, first, p.ts)
-	e.mu.Unlock()
 	return nil
 }
 
