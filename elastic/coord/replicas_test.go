@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -56,10 +57,19 @@ func (j *elasticJob) waitReplicated(t *testing.T, k int, dead ...*postoffice.Pos
 // the dead server went to the backup promoted in its place), the dead
 // server's interval is served by its backup, the backups are topped up
 // again, and the pulled values are the exact sums of every push.
+//
+// With k=2 every interval is on all three servers; after the death two
+// are left, so each interval gets one backup again.
 func TestReplicatedJobSurvivesAServerDeath(t *testing.T) {
+	for _, k := range []int{1, 2} {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { survivesAServerDeath(t, k) })
+	}
+}
+
+func survivesAServerDeath(t *testing.T, k int) {
 	const ns, nw, rounds, window = 3, 2, 600, 4
-	j := startJobWith(t, ns, nw, jobOpts{configure: replicated(1)})
-	r0 := j.waitReplicated(t, 1)
+	j := startJobWith(t, ns, nw, jobOpts{configure: replicated(k)})
+	r0 := j.waitReplicated(t, k)
 	for _, iv := range r0.Intervals {
 		require.NotContains(t, iv.Backups, iv.Node)
 	}
