@@ -350,7 +350,8 @@ func TestElasticDrainWithCtl(t *testing.T) {
 // kill -9 of one of three servers mid-run with PS_REPLICAS=1: the workers'
 // pushes that waited on it go to the backups promoted in its place, every
 // push is acknowledged, and the pulled values are the exact sums of every
-// worker's pushes.
+// worker's pushes. A standby server that joined before takes the copies
+// the dead server held.
 func TestReplicatedServerKilled(t *testing.T) {
 	port := porttest.Free(t)
 	signal := filepath.Join(t.TempDir(), "killed")
@@ -379,11 +380,14 @@ func TestReplicatedServerKilled(t *testing.T) {
 		w.waitFor(t, "replicated worker pushing")
 	}
 	sched.waitFor(t, "coord: backups placed")
+	standby := start(t, "standby", env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server")
+	standby.waitFor(t, "id=14")
 	for _, w := range workers {
 		w.waitFor(t, "pushed 200 rounds")
 	}
 	kill9(t, srvs[1])
 	sched.waitFor(t, "coord: failover")
+	sched.waitFor(t, "[14]") // a backup list naming the standby
 	for _, w := range workers {
 		w.waitFor(t, "pushed 200 rounds after the failover")
 	}
