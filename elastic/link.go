@@ -68,7 +68,11 @@ func NewLink(po *postoffice.Postoffice) (*Link, error) {
 			body = append([]byte{0}, body...)
 		}
 		if rerr := a.Response(d, body); rerr != nil {
-			po.Logger().Error("elastic: cannot answer", "to", d.Sender, "err", rerr)
+			// A server of a replicated job may get a request from
+			// another server before it has connected to it (the
+			// scheduler's peer list comes on another connection): try
+			// again for a while rather than leave the caller waiting.
+			go l.answerLater(a, d, body, rerr)
 		}
 	})
 	return l, nil
@@ -102,6 +106,24 @@ func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) 
 	case <-l.po.Done():
 		return nil, postoffice.ErrStopped
 	}
+}
+
+// answerRetry bounds how long an answer that could not be sent is tried
+// again.
+const answerRetry = 10 * time.Second
+
+func (l *Link) answerLater(a *kv.SimpleApp, d kv.SimpleData, body []byte, err error) {
+	for deadline := time.Now().Add(answerRetry); time.Now().Before(deadline); {
+		select {
+		case <-l.po.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if err = a.Response(d, body); err == nil {
+			return
+		}
+	}
+	l.po.Logger().Error("elastic: cannot answer", "to", d.Sender, "err", err)
 }
 
 // answer decodes an answer's body (see NewLink's request handler).

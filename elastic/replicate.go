@@ -24,14 +24,22 @@ import (
 // applied once. Its fields are guarded by the agent's mu.
 type replication struct {
 	seen   *replica.Seen
-	active map[activeKey]bool // interval (begin, end) -> backup seeded and forwarded to
-	queue  []*forwarded       // requests waiting for the backups, in admission order
+	active map[activeKey]bool              // interval (begin, end) -> backup seeded and forwarded to
+	queue  []*forwarded                    // requests waiting for the backups, in admission order
 	pass   map[*message.Message]*forwarded // released, not yet admitted again
 	seeds  []*seeding
+	// forwarded pushes being applied here as a backup: a seeding of
+	// their keys waits for them
+	applying map[*applying]struct{}
+	// seeds installed here by a primary named in a newer routing table
+	// than this server has yet: its forwards are taken meanwhile
+	ahead []Move
 
 	readmitMu sync.Mutex   // releases queued requests in order
 	dupes     atomic.Int64 // duplicate pushes acknowledged without applying them
 }
+
+type applying struct{ lo, hi uint64 }
 
 type activeKey struct {
 	begin, end uint64
@@ -59,7 +67,8 @@ type seeding struct {
 }
 
 func newReplication() *replication {
-	return &replication{seen: replica.NewSeen(), active: map[activeKey]bool{}, pass: map[*message.Message]*forwarded{}}
+	return &replication{seen: replica.NewSeen(), active: map[activeKey]bool{}, pass: map[*message.Message]*forwarded{},
+		applying: map[*applying]struct{}{}}
 }
 
 // replicate is Admit's step for a request this server is the primary of,
@@ -273,27 +282,43 @@ func decodeForward(b []byte) (forwardedPush, error) {
 	return p, nil
 }
 
-// applyForwarded applies a push forwarded by a primary to this backup, on
-// the link's receive goroutine (so forwarded pushes apply in the order
-// they were sent), unless it was applied before.
-func (e *serverAgent) applyForwarded(body []byte) error {
+// applyForwarded applies a push that primary from forwarded to this
+// backup, on the link's receive goroutine (so forwarded pushes apply in
+// the order they were sent), unless it was applied before. A push from a
+// node this server's table does not name as the keys' primary (one that
+// died: a failover promoted another, perhaps this server) is refused: its
+// worker re-sends it to the new primary, which forwards it to the new
+// backups.
+func (e *serverAgent) applyForwarded(from int32, body []byte) error {
 	p, err := decodeForward(body)
 	if err != nil {
 		return err
 	}
-	first := p.req.Data.Keys[0]
+	keys := p.req.Data.Keys
+	first := keys[0]
 	e.mu.Lock()
+	if i := e.routes.Find(first); i >= 0 && e.routes.Intervals[i].Node != from && !e.rep.seededBy(from, first) {
+		e.mu.Unlock()
+		return fmt.Errorf("routing epoch %d names node %d, not %d, as the primary of key %d: a forwarded push from %d is refused", e.routes.Epoch, e.routes.Intervals[i].Node, from, first, from)
+	}
 	dup := e.rep.seen.Applied(p.worker, first, p.ts)
+	var ap *applying
 	if !dup {
 		// Noted before it is applied: the worker may re-send it to this
 		// server meanwhile (its primary died), and that copy must find it.
 		e.rep.seen.Note(p.worker, first, p.ts)
+		ap = &applying{lo: first, hi: keys[len(keys)-1]}
+		e.rep.applying[ap] = struct{}{}
 	}
 	e.mu.Unlock()
 	if dup {
 		return nil
 	}
-	if _, err := e.s.HandleLocal(p.req, localTimeout); err != nil {
+	_, err = e.s.HandleLocal(p.req, localTimeout)
+	e.mu.Lock()
+	delete(e.rep.applying, ap)
+	e.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("the handler did not apply a forwarded push: %w", err)
 	}
 	return nil
@@ -326,6 +351,7 @@ func (e *serverAgent) replicaRoutes(old, r *routing.Routes, me int32) []*seeding
 		}
 	}
 	rp.active = active
+	rp.ahead = slices.DeleteFunc(rp.ahead, func(mv Move) bool { return mv.Epoch <= r.Epoch })
 	for _, sd := range rp.seeds {
 		if !slices.ContainsFunc(r.Intervals, func(iv routing.Interval) bool {
 			return iv.Begin == sd.begin && iv.End == sd.end && iv.Node == me && iv.HasBackup(sd.to)
@@ -405,6 +431,9 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		for _, f := range e.rep.pass {
 			busy = busy || overlaps(f.lo, f.hi+1, sd.begin, sd.end)
 		}
+		for a := range e.rep.applying {
+			busy = busy || overlaps(a.lo, a.hi+1, sd.begin, sd.end)
+		}
 		for r := range e.inflight {
 			busy = busy || overlaps(r.lo, r.hi+1, sd.begin, sd.end)
 		}
@@ -439,9 +468,23 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 	body := MarshalMove(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch},
 		append(binary.LittleEndian.AppendUint32(nil, uint32(len(state))), append(state, seen...)...))
 	done := make(chan error, 1)
-	if err := e.node.link.Go(sd.to, MsgSeed, body, func(_ []byte, err error) { done <- err }); err != nil {
-		log.Error("elastic: seed not sent to the new backup", "err", err)
-		return false
+	// A standby that just joined may not be connected yet: try again.
+	for deadline := time.Now().Add(answerRetry); ; {
+		err = e.node.link.Go(sd.to, MsgSeed, body, func(_ []byte, err error) { done <- err })
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log.Error("elastic: seed not sent to the new backup", "err", err)
+			return false
+		}
+		select {
+		case <-sd.cancel:
+			return false
+		case <-e.po.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	select {
 	case err = <-done:
@@ -458,6 +501,12 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		log.Info("elastic: backup seeded", "bytes", len(state))
 	}
 	return true
+}
+
+// seededBy reports whether primary from seeded key here with a table newer
+// than ours. The caller holds mu.
+func (rp *replication) seededBy(from int32, key uint64) bool {
+	return slices.ContainsFunc(rp.ahead, func(mv Move) bool { return mv.From == from && key >= mv.Begin && key < mv.End })
 }
 
 // installSeed replaces what this backup holds of the seed's interval with
@@ -484,6 +533,9 @@ func (e *serverAgent) installSeed(body []byte) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if mv.Epoch > e.routes.Epoch {
+		e.rep.ahead = append(e.rep.ahead, mv)
+	}
 	return e.rep.seen.Import(seen)
 }
 

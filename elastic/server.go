@@ -64,7 +64,7 @@ func (e *serverAgent) me() int32 { return e.po.MyNode().ID }
 func workerKey(m *message.Meta) int32 { return m.Sender<<8 | (m.CustomerID & 0xff) }
 
 // handle answers the scheduler's elastic messages.
-func (e *serverAgent) handle(_ int32, head int32, body []byte) ([]byte, error) {
+func (e *serverAgent) handle(from int32, head int32, body []byte) ([]byte, error) {
 	switch head {
 	case MsgRoutes:
 		r, err := routing.UnmarshalRoutes(body)
@@ -105,7 +105,7 @@ func (e *serverAgent) handle(_ int32, head int32, body []byte) ([]byte, error) {
 		if head == MsgSeed {
 			return nil, e.installSeed(body)
 		}
-		return nil, e.applyForwarded(body)
+		return nil, e.applyForwarded(from, body)
 	case MsgAbort:
 		mv, _, err := UnmarshalMove(body)
 		if err != nil {

@@ -38,7 +38,8 @@ type Coordinator struct {
 	// later moves do not wait for it meanwhile (Lagging lists such nodes).
 	PublishWait time.Duration
 
-	replicas int // PS_REPLICAS: backups per interval (replicas.go)
+	replicas int            // PS_REPLICAS: backups per interval (replicas.go)
+	lost     map[int32]bool // dead servers whose intervals had no live backup (guarded by moveMu)
 
 	moveMu  sync.Mutex // one reconfiguration at a time
 	exports chan export
@@ -89,7 +90,7 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 		exports: make(chan export, 4), nodes: map[int32]*nodeRoutes{}, acked: make(chan struct{})}
 	link.Handle(c.handle)
 	if k := po.Config().Replicas; k > 0 {
-		c.replicas = k
+		c.replicas, c.lost = k, map[int32]bool{}
 		po.OnNodeGone(c.serverGone)
 		go c.keepReplicated()
 	}

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/elasticps/elasticps/message"
@@ -41,7 +42,13 @@ func (c *Coordinator) place() {
 	c.moveMu.Lock()
 	defer c.moveMu.Unlock()
 	r := c.table.Current()
-	out, changed := replica.Place(r, c.live(c.Servers()), c.replicas)
+	live := c.live(c.Servers())
+	for _, iv := range r.Intervals {
+		if !slices.Contains(live, iv.Node) && !c.lost[iv.Node] {
+			return // a failover is due: it places the backups itself
+		}
+	}
+	out, changed := replica.Place(r, live, c.replicas)
 	if !changed {
 		return
 	}
@@ -76,6 +83,9 @@ func (c *Coordinator) Failover(dead int32) (promoted, lost []routing.Interval, e
 	out, promoted, lost := replica.Failover(r, dead, live)
 	out, _ = replica.Place(out, live, c.replicas)
 	out.Epoch = r.Epoch + 1
+	if len(lost) > 0 {
+		c.lost[dead] = true
+	}
 	for _, iv := range lost {
 		c.log.Error("coord: a dead server's interval had no live backup; its values are lost", "node", dead, "begin", iv.Begin, "end", iv.End)
 	}
