@@ -361,3 +361,54 @@ func TestElasticDrainWithCtl(t *testing.T) {
 	require.Positive(t, pid)
 	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 10*time.Second, 50*time.Millisecond, "standby %d still running", pid)
 }
+
+// kill -9 of one of three servers mid-run with PS_REPLICAS=1: the workers'
+// pushes that waited on it go to the backups promoted in its place, every
+// push is acknowledged, and the pulled values are the exact sums of every
+// worker's pushes. A standby server that joined before takes the copies
+// the dead server held.
+func TestReplicatedServerKilled(t *testing.T) {
+	port := porttest.Free(t)
+	signal := filepath.Join(t.TempDir(), "killed")
+	env := func(extra ...string) []string {
+		return append([]string{"DMLC_NUM_SERVER=3", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
+			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1", "PS_ELASTIC=1", "PS_REPLICAS=1",
+			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_CTL_ADDR=127.0.0.1:0", "PS_VERBOSE=1"}, extra...)
+	}
+	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
+	var srvs []*proc
+	for i := range 3 {
+		srvs = append(srvs, start(t, fmt.Sprintf("server%d", i), env("DMLC_ROLE=server"), elasticpsBin, "server"))
+	}
+	var workers []*proc
+	for i := range 2 {
+		workers = append(workers, start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=replicated", "E2E_SIGNAL_FILE="+signal), selfExe(t)))
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range append(append([]*proc{sched}, srvs...), workers...) {
+				t.Logf("%s:\n%s", p.name, p.output())
+			}
+		}
+	})
+	for _, w := range workers {
+		w.waitFor(t, "replicated worker pushing")
+	}
+	sched.waitFor(t, "coord: backups placed")
+	standby := start(t, "standby", env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server")
+	standby.waitFor(t, "id=14")
+	for _, w := range workers {
+		w.waitFor(t, "pushed 200 rounds")
+	}
+	kill9(t, srvs[1])
+	sched.waitFor(t, "coord: failover")
+	sched.waitFor(t, "[14]") // a backup list naming the standby
+	for _, w := range workers {
+		w.waitFor(t, "pushed 200 rounds after the failover")
+	}
+	require.NoError(t, os.WriteFile(signal, nil, 0o644))
+	for _, w := range workers {
+		w.waitFor(t, "replicated OK after")
+		require.Zero(t, w.exitCode(t), "%s:\n%s", w.name, w.output())
+	}
+}

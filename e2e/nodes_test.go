@@ -42,6 +42,8 @@ func runNode(kind string) error {
 		return faultWorker(po)
 	case "elastic":
 		return elasticWorker(po)
+	case "replicated":
+		return replicatedWorker(po)
 	}
 	return fmt.Errorf("unknown node kind %q", kind)
 }
@@ -294,6 +296,97 @@ func elasticWorker(po *postoffice.Postoffice) error {
 	}
 	fmt.Printf("elastic OK after %d rounds, %d redirects\n", rounds, w.Redirects())
 	return po.Finalize(0, true)
+}
+
+// replicatedWorker pushes rounds, a few outstanding at a time, until the
+// test's signal file appears (the test kills a server meanwhile): every
+// push must be acknowledged. Each round adds vals to keys shared by the
+// workers and 1 to a key of this worker's own in each server range; after
+// a barrier, its own keys must hold its rounds exactly and the shared
+// keys vals times every worker's rounds.
+func replicatedWorker(po *postoffice.Postoffice) error {
+	w, do, err := startedWorker(po)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	nw, rank := po.NumWorkers(), po.MyRank()
+	var keys, all []uint64
+	var vals []float32
+	for s, r := range po.ServerKeyRanges() {
+		keys = append(keys, r.Begin, r.Begin+1, r.Begin+10+uint64(rank))
+		vals = append(vals, float32(s*10+1), float32(s*10+2), 1)
+		all = append(all, r.Begin, r.Begin+1)
+		for i := range nw {
+			all = append(all, r.Begin+10+uint64(i))
+		}
+	}
+	signal := os.Getenv("E2E_SIGNAL_FILE")
+	rounds, resentAt := 0, -1
+	var pending []int32
+	fmt.Println("replicated worker pushing")
+	for deadline := time.Now().Add(60 * time.Second); ; rounds++ {
+		if rounds == 200 {
+			fmt.Println("pushed 200 rounds")
+		}
+		if resentAt < 0 && w.Redirects() > 0 {
+			resentAt = rounds
+			fmt.Printf("re-sent %d spans after the failover\n", w.Redirects())
+		}
+		if resentAt >= 0 && rounds == resentAt+200 {
+			fmt.Println("pushed 200 rounds after the failover")
+		}
+		if _, err := os.Stat(signal); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no signal within 60s")
+		}
+		ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+		if err != nil {
+			return fmt.Errorf("push %d: %w", rounds, err)
+		}
+		if pending = append(pending, ts); len(pending) == 4 {
+			if err := do(pending[0], nil); err != nil {
+				return fmt.Errorf("push %d: %w", rounds, err)
+			}
+			pending = pending[1:]
+		}
+	}
+	for _, ts := range pending {
+		if err := do(ts, nil); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("pushed %d rounds\n", rounds)
+	if err := po.Barrier(0, message.WorkerGroup); err != nil {
+		return err
+	}
+	var got []float32
+	if err := do(kv.Pull(w, all, &got, nil, kv.Options{})); err != nil {
+		return err
+	}
+	per := 2 + nw
+	for s := range po.NumServers() {
+		row := got[s*per : (s+1)*per]
+		if mine := row[2+rank]; mine != float32(rounds) {
+			return fmt.Errorf("server range %d: this worker's key holds %v, but %d rounds were acknowledged", s, mine, rounds)
+		}
+		var total float32
+		for _, c := range row[2:] {
+			total += c
+		}
+		for i, v := range vals[3*s : 3*s+2] {
+			if row[i] != v*total {
+				return fmt.Errorf("server range %d, key %d: pulled %v, want %v after %v rounds of all workers", s, i, row[i], v*total, total)
+			}
+		}
+	}
+	fmt.Printf("replicated OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
+	if err := po.Finalize(0, true); err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
+		return err
+	}
+	return nil
 }
 
 // startedWorker creates app 0's KV worker, starts the node (ps::Start, with

@@ -25,7 +25,7 @@ type Link struct {
 	metrics *Metrics
 
 	mu      sync.Mutex
-	waiters map[int32]chan kv.SimpleData
+	waiters map[int32]func(kv.SimpleData)
 	handle  Handler
 }
 
@@ -40,14 +40,14 @@ func NewLink(po *postoffice.Postoffice) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Link{app: app, po: po, metrics: m, waiters: map[int32]chan kv.SimpleData{}}
+	l := &Link{app: app, po: po, metrics: m, waiters: map[int32]func(kv.SimpleData){}}
 	app.SetResponseHandler(func(d kv.SimpleData, _ *kv.SimpleApp) {
 		l.mu.Lock()
-		ch := l.waiters[d.Timestamp]
+		f := l.waiters[d.Timestamp]
 		delete(l.waiters, d.Timestamp)
 		l.mu.Unlock()
-		if ch != nil {
-			ch <- d
+		if f != nil {
+			f(d)
 		}
 	})
 	app.SetRequestHandler(func(d kv.SimpleData, a *kv.SimpleApp) {
@@ -68,7 +68,11 @@ func NewLink(po *postoffice.Postoffice) (*Link, error) {
 			body = append([]byte{0}, body...)
 		}
 		if rerr := a.Response(d, body); rerr != nil {
-			po.Logger().Error("elastic: cannot answer", "to", d.Sender, "err", rerr)
+			// A server of a replicated job may get a request from
+			// another server before it has connected to it (the
+			// scheduler's peer list comes on another connection): try
+			// again for a while rather than leave the caller waiting.
+			go l.answerLater(a, d, body, rerr)
 		}
 	})
 	return l, nil
@@ -85,19 +89,13 @@ func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) 
 		l.mu.Unlock()
 		return nil, err
 	}
-	l.waiters[ts] = ch
+	l.waiters[ts] = func(d kv.SimpleData) { ch <- d }
 	l.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case d := <-ch:
-		if len(d.Body) == 0 {
-			return nil, fmt.Errorf("elastic: empty answer from node %d", node)
-		}
-		if d.Body[0] == 0xff {
-			return nil, fmt.Errorf("elastic: node %d: %s", node, d.Body[1:])
-		}
-		return d.Body[1:], nil
+		return answer(node, d)
 	case <-t.C:
 		l.mu.Lock()
 		delete(l.waiters, ts)
@@ -108,6 +106,51 @@ func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) 
 	case <-l.po.Done():
 		return nil, postoffice.ErrStopped
 	}
+}
+
+// answerRetry bounds how long an answer that could not be sent is tried
+// again.
+const answerRetry = 10 * time.Second
+
+func (l *Link) answerLater(a *kv.SimpleApp, d kv.SimpleData, body []byte, err error) {
+	for deadline := time.Now().Add(answerRetry); time.Now().Before(deadline); {
+		select {
+		case <-l.po.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if err = a.Response(d, body); err == nil {
+			return
+		}
+	}
+	l.po.Logger().Error("elastic: cannot answer", "to", d.Sender, "err", err)
+}
+
+// answer decodes an answer's body (see NewLink's request handler).
+func answer(node int32, d kv.SimpleData) ([]byte, error) {
+	if len(d.Body) == 0 {
+		return nil, fmt.Errorf("elastic: empty answer from node %d", node)
+	}
+	if d.Body[0] == 0xff {
+		return nil, fmt.Errorf("elastic: node %d: %s", node, d.Body[1:])
+	}
+	return d.Body[1:], nil
+}
+
+// Go sends a request to node without waiting: done gets the answer (or the
+// node's error) on the link's receive goroutine, so it must not block. It
+// is never called when no answer comes; the caller decides how long to
+// wait (a replicating primary waits until the node answers or leaves the
+// routing table). The returned error is the send's.
+func (l *Link) Go(node int32, head int32, body []byte, done func([]byte, error)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ts, err := l.app.Request(head, body, int(node))
+	if err != nil {
+		return err
+	}
+	l.waiters[ts] = func(d kv.SimpleData) { done(answer(node, d)) }
+	return nil
 }
 
 // Metrics are the elastic metrics of the link's node.

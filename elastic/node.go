@@ -172,11 +172,25 @@ func (n *Node) Redirected() int64 {
 	return 0
 }
 
+// DuplicatePushes counts the pushes the node's server acknowledged
+// without applying them, because it had applied them before (PS_REPLICAS:
+// a worker re-sent them after a failover).
+func (n *Node) DuplicatePushes() int64 {
+	if a := n.server.Load(); a != nil && a.rep != nil {
+		return a.rep.dupes.Load()
+	}
+	return 0
+}
+
 func newServerAgent(n *Node, s *kv.Server, mig Migrator) *serverAgent {
 	a := &serverAgent{s: s, po: n.po, node: n, routes: n.table.Current(), hist: map[uint64]*keyState{},
 		inflight: map[*inflightReq]struct{}{}, exportTimeout: 2 * time.Second}
 	if mig != nil {
 		a.mig.Store(&mig)
+	}
+	if n.po.Config().Replicas > 0 {
+		a.rep = newReplication()
+		n.po.OnNodeGone(a.serverGone)
 	}
 	return a
 }

@@ -42,6 +42,13 @@ const (
 	// error's text: the export failed, abort the move now rather than
 	// after the timeout.
 	MsgExportFailed
+	// MsgReplicate: primary -> backup (PS_REPLICAS), body = one push (see
+	// forward): apply it; answered once applied (or found applied before).
+	MsgReplicate
+	// MsgSeed: primary -> new backup, body = move (From the primary, To
+	// the backup) + a copy of the interval's state and its applied-push
+	// record: replace what the backup holds of the interval with it.
+	MsgSeed
 )
 
 // MessageName names an elastic control message for logs and
@@ -66,6 +73,10 @@ func MessageName(head int32) string {
 		return "accept"
 	case MsgExportFailed:
 		return "export-failed"
+	case MsgReplicate:
+		return "replicate"
+	case MsgSeed:
+		return "seed"
 	}
 	return "message " + strconv.Itoa(int(head))
 }

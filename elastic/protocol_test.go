@@ -60,7 +60,7 @@ func TestParseReportRejectsBadInput(t *testing.T) {
 
 func TestMessageNamesAreDistinct(t *testing.T) {
 	seen := map[string]int32{}
-	for h := MsgRoutes; h <= MsgExportFailed; h++ {
+	for h := MsgRoutes; h <= MsgSeed; h++ {
 		n := MessageName(h)
 		_, dup := seen[n]
 		assert.False(t, dup, "%d and %d are both %q", seen[n], h, n)

@@ -40,6 +40,7 @@ type serverAgent struct {
 	exportTimeout time.Duration
 	load          loadStats
 	keys          map[uint64]keyMeta // fallback hand-over: cmd and type per pushed key
+	rep           *replication       // PS_REPLICAS > 0; nil otherwise
 }
 
 type inflightReq struct {
@@ -65,7 +66,7 @@ func (e *serverAgent) me() int32 { return e.po.MyNode().ID }
 func workerKey(m *message.Meta) int32 { return m.Sender<<8 | (m.CustomerID & 0xff) }
 
 // handle answers the scheduler's elastic messages.
-func (e *serverAgent) handle(_ int32, head int32, body []byte) ([]byte, error) {
+func (e *serverAgent) handle(from int32, head int32, body []byte) ([]byte, error) {
 	switch head {
 	case MsgRoutes:
 		r, err := routing.UnmarshalRoutes(body)
@@ -99,6 +100,14 @@ func (e *serverAgent) handle(_ int32, head int32, body []byte) ([]byte, error) {
 			e.po.LeaveJob()
 		}()
 		return nil, nil
+	case MsgReplicate, MsgSeed:
+		if e.rep == nil {
+			return nil, fmt.Errorf("elastic message %s to a server without PS_REPLICAS", MessageName(head))
+		}
+		if head == MsgSeed {
+			return nil, e.installSeed(body)
+		}
+		return nil, e.applyForwarded(from, body)
 	case MsgAbort:
 		mv, _, err := UnmarshalMove(body)
 		if err != nil {
@@ -126,6 +135,10 @@ func (e *serverAgent) setRoutes(r *routing.Routes) {
 		if iv.Node == me && iv.Prev != 0 && iv.Prev != me && !e.hasIncoming(iv.Begin, iv.End) {
 			e.ins = append(e.ins, &incoming{mv: Move{Begin: iv.Begin, End: iv.End, From: iv.Prev, To: me, Epoch: r.Epoch}})
 		}
+	}
+	var seeds []*seeding
+	if e.rep != nil {
+		seeds = e.replicaRoutes(e.routes, r, me)
 	}
 	e.routes = r
 	e.pruneHist(r, me)
@@ -158,6 +171,12 @@ func (e *serverAgent) setRoutes(r *routing.Routes) {
 	}
 	for _, m := range future {
 		e.s.Readmit(m)
+	}
+	if e.rep != nil {
+		for _, sd := range seeds {
+			go e.seed(sd, r.Epoch)
+		}
+		e.release()
 	}
 }
 
@@ -329,6 +348,9 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 			go e.redirect(m, e.routes.Epoch)
 			return nil, false
 		}
+	}
+	if e.rep != nil && e.replicate(m, lo, hi, push) {
+		return nil, false // held until its backups applied it (replicate.go)
 	}
 	if push && e.migrator() == nil {
 		e.noteKeys(m, keys)

@@ -90,6 +90,10 @@ type Worker struct {
 	table   *routing.Table
 	counted bool // the router wants pushes numbered (Meta.Ext.PushSeq)
 	seqs    pushSeqs
+	// failover: PS_REPLICAS > 0 in an elastic job: what waits on a dead
+	// server is re-sent to the backup promoted in its place (see
+	// awaitFailover) instead of failing.
+	failover bool
 
 	dropped   atomic.Int64 // responses that matched no outstanding operation
 	redirects atomic.Int64 // spans re-routed after a server redirected them
@@ -127,6 +131,7 @@ func NewWorkerWith(po *postoffice.Postoffice, appID, customerID int, opts Worker
 		r = staticRouter{routing.NewIdentityTable(po.NumServers())}
 	}
 	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), router: r, table: r.Table(), counted: r.NumbersPushes()}
+	w.failover = w.counted && po.Config().Replicas > 0
 	_, err := newCustomer(po, appID, customerID, w.process, func(c *Customer) { w.c, w.simple.c, c.releases, c.inline = c, c, true, true })
 	if err != nil {
 		return nil, err
@@ -564,7 +569,12 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 		// never lens.
 		m.AddData(o.dt, nil)
 	}
-	if err := w.deadServer(s.node); err != nil {
+	if err := w.deadServer(s.node); err != nil && w.failover {
+		// Not sent: it waits, as if the server had it, for the table
+		// that promotes a backup, and goes there then.
+		go w.awaitFailover(s.node, []int32{ts})
+		return nil
+	} else if err != nil {
 		err = fmt.Errorf("kv: request %d not sent: %w", ts, err)
 		w.c.enqueue(localResponse(m, s.node), err)
 		return err
@@ -697,6 +707,10 @@ func checkRequest(push bool, keys []uint64, vals []byte, lens []int32, es int) e
 func (w *Worker) process(m *message.Message, localErr error) bool {
 	if sw, ok := localErr.(*sweep); ok {
 		w.sweep(sw)
+		return false
+	}
+	if fo, ok := localErr.(*failoverSweep); ok {
+		w.resendAll(fo)
 		return false
 	}
 	if m.Meta.SimpleApp {
@@ -1023,9 +1037,14 @@ func (w *Worker) sweep(sw *sweep) {
 		waited   time.Duration
 	}
 	var hits []hit
+	var resend []int32
 	now := time.Now()
 	w.c.tmu.Lock()
 	for ts, r := range w.c.pending {
+		if o, ok := r.state.(*op); ok && w.failover && sw.node != 0 && slices.Contains(o.waiting, sw.node) {
+			resend = append(resend, ts)
+			continue
+		}
 		o, ok := r.state.(*op)
 		if !ok || sw.node == 0 && !o.start.Before(sw.before) {
 			continue
@@ -1037,6 +1056,10 @@ func (w *Worker) sweep(sw *sweep) {
 		}
 	}
 	w.c.tmu.Unlock()
+	if len(resend) > 0 {
+		slices.Sort(resend)
+		go w.awaitFailover(sw.node, resend)
+	}
 	slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(a.ts, b.ts) })
 	for _, h := range hits {
 		err := w.deadServer(h.node)
@@ -1053,4 +1076,134 @@ func (w *Worker) sweep(sw *sweep) {
 			w.c.AddResponse(h.ts, 1)
 		}
 	}
+}
+
+// failoverSweep is queued to the customer, as sweep is, once the routing
+// table no longer relies on dead server node: the operations ts that wait
+// on it are re-sent.
+type failoverSweep struct {
+	node int32
+	ts   []int32
+}
+
+func (*failoverSweep) Error() string { return "kv: a failover re-send of waiting operations" }
+
+// failoverWait bounds how long a worker waits for the routing table that
+// replaces a dead server before failing what waited on it.
+const failoverWait = time.Minute
+
+// awaitFailover waits until the routing table no longer names dead server
+// node as a backup (the coordinator's failover table, which promotes a
+// backup of each interval it was the primary of, has arrived), then has
+// operations ts re-sent (resendAll).
+func (w *Worker) awaitFailover(node int32, ts []int32) {
+	deadline := time.NewTimer(failoverWait)
+	defer deadline.Stop()
+	for {
+		changed := w.table.Changed()
+		if !namesBackup(w.table.Current(), node) {
+			break
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			w.po.Logger().Error("kv: no routing table replaced a dead server in time; what waited on it fails", "server", node, "waited", failoverWait)
+			w.enqueueSweep(&sweep{node: node})
+			return
+		case <-w.po.Done():
+			return
+		}
+	}
+	m := &message.Message{Meta: message.NewMeta()}
+	w.c.enqueue(m, &failoverSweep{node: node, ts: ts})
+}
+
+func namesBackup(r *routing.Routes, node int32) bool {
+	return slices.ContainsFunc(r.Intervals, func(iv routing.Interval) bool { return iv.HasBackup(node) })
+}
+
+// resendAll re-sends, on the customer goroutine, what operations fo.ts
+// still wait for from the dead server, routed by the current table. A
+// span whose keys the table still gives the dead server (an interval
+// without a live backup) fails with the DeadServerError.
+func (w *Worker) resendAll(fo *failoverSweep) {
+	routes := w.table.Current()
+	for _, ts := range fo.ts {
+		st, _, ok := w.c.lookup(ts)
+		o, isOp := st.(*op)
+		if !ok || !isOp || !slices.Contains(o.waiting, fo.node) {
+			continue
+		}
+		lost := false
+		for _, s := range o.spans {
+			if s.node == fo.node && s.kb > s.ka {
+				if i := routes.Find(o.keys[s.ka]); i >= 0 && routes.Intervals[i].Node == fo.node {
+					lost = true
+				}
+			}
+		}
+		if lost || !w.resend(o, ts, fo.node) {
+			err := fmt.Errorf("kv: request %d: %w", ts, w.deadServer(fo.node))
+			n := 0
+			for _, x := range o.waiting {
+				if x == fo.node {
+					n++
+				}
+			}
+			for range n {
+				m := &message.Message{Meta: message.NewMeta()}
+				m.Meta.AppID, m.Meta.CustomerID, m.Meta.Timestamp, m.Meta.Sender = w.c.appID, w.c.customerID, ts, fo.node
+				if w.process(m, err) {
+					w.c.AddResponse(ts, 1)
+				}
+			}
+		}
+	}
+}
+
+// resend re-routes the spans of o that dead server node has not answered
+// and sends them. Which push spans a server answered is not known when it
+// had several (push answers carry no keys), so then every push span sent
+// to it goes again: the new primary acknowledges one applied before
+// without applying it again. It reports false when the spans cannot be
+// told apart (a pull answered without keys), and changes nothing then.
+func (w *Worker) resend(o *op, ts int32, node int32) bool {
+	unanswered := 0
+	for _, n := range o.waiting {
+		if n == node {
+			unanswered++
+		}
+	}
+	var again []span
+	var keep []span
+	for _, s := range o.spans {
+		switch {
+		case s.node != node:
+			keep = append(keep, s)
+		case o.pull && slices.ContainsFunc(o.replies, func(r reply) bool {
+			return r.from == node && len(r.keys) > 0 && s.kb > s.ka && r.keys[0] == o.keys[s.ka]
+		}):
+			keep = append(keep, s) // answered: its values are in
+		default:
+			again = append(again, s)
+		}
+	}
+	if len(again) < unanswered || o.pull && len(again) != unanswered {
+		return false
+	}
+	var subs []span
+	for _, s := range again {
+		subs = w.slice(o, s.ka, s.kb, s.va, subs, false, s.seq)
+	}
+	o.spans = append(keep, subs...)
+	o.waiting = slices.DeleteFunc(o.waiting, func(n int32) bool { return n == node })
+	for _, s := range subs {
+		o.waiting = append(o.waiting, s.node)
+	}
+	w.c.expect(ts, len(subs)-unanswered)
+	w.redirects.Add(int64(len(again)))
+	for _, s := range subs {
+		_ = w.send(o, ts, s)
+	}
+	return true
 }

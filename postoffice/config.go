@@ -68,6 +68,11 @@ type Config struct {
 	// routing tables change while the job runs, and every node must be
 	// elasticps (C++ ps-lite nodes would abort on the elastic messages).
 	Elastic bool
+	// Replicas is the number of backups of every key interval (PS_REPLICAS,
+	// default 0: ps-lite's behaviour, no copies). It needs PS_ELASTIC=1 (the
+	// coordinator's routing table records the backups) and fewer backups
+	// than servers. See docs/fault-tolerance.md.
+	Replicas int
 	// GossipPort is the scheduler's membership (hashicorp/memberlist) port
 	// (PS_GOSSIP_PORT; default DMLC_PS_ROOT_PORT+2 in elastic jobs, else 0 =
 	// off). The scheduler and the servers gossip, so a server that dies is
@@ -308,6 +313,15 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		return c, err
 	}
 	c.Standby = standby != 0
+	if c.Replicas, err = optionalInt(get, "PS_REPLICAS", 0, 0, "the number of backups per key interval, 0 or more"); err != nil {
+		return c, err
+	}
+	if c.Replicas > 0 && !c.Elastic {
+		return c, &EnvError{Var: "PS_REPLICAS", Value: strconv.Itoa(c.Replicas), Want: "0, or set PS_ELASTIC=1 too (the backups are recorded in elastic mode's routing table)"}
+	}
+	if c.Replicas > 0 && c.Replicas >= c.NumServers {
+		return c, &EnvError{Var: "PS_REPLICAS", Value: strconv.Itoa(c.Replicas), Want: fmt.Sprintf("fewer than DMLC_NUM_SERVER=%d (each backup is on another server)", c.NumServers)}
+	}
 	if c.Standby && (c.Role != message.RoleServer || !c.Elastic) {
 		return c, &EnvError{Var: "PS_STANDBY", Value: "1", Want: "0, or 1 on a server of an elastic job (DMLC_ROLE=server and PS_ELASTIC=1)"}
 	}

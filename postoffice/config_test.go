@@ -119,3 +119,25 @@ func TestConfigFromEnvErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestConfigReplicas(t *testing.T) {
+	env := baseEnv()
+	env["DMLC_NUM_SERVER"] = "3"
+	c, err := ConfigFromEnv(envOf(env))
+	require.NoError(t, err)
+	assert.Zero(t, c.Replicas, "no copies by default")
+	env["PS_REPLICAS"] = "2"
+	_, err = ConfigFromEnv(envOf(env))
+	assert.ErrorContains(t, err, "PS_ELASTIC=1")
+	env["PS_ELASTIC"] = "1"
+	c, err = ConfigFromEnv(envOf(env))
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Replicas)
+	env["PS_REPLICAS"] = "3"
+	_, err = ConfigFromEnv(envOf(env))
+	assert.ErrorContains(t, err, "fewer than DMLC_NUM_SERVER=3")
+	env["PS_REPLICAS"] = "-1"
+	_, err = ConfigFromEnv(envOf(env))
+	var ee *EnvError
+	assert.ErrorAs(t, err, &ee)
+}

@@ -72,8 +72,9 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 	}
 	reportRank(message.IDToRank(int(me.ID)))
 	for _, n := range toConnect {
-		// Workers never talk to workers, nor servers to servers.
-		if n.Role == me.Role && n.ID != me.ID {
+		// Workers never talk to workers, nor servers to servers, but
+		// with PS_REPLICAS a primary forwards pushes to its backups.
+		if n.Role == me.Role && n.ID != me.ID && (me.Role != message.RoleServer || p.cfg.Replicas == 0) {
 			continue
 		}
 		if err := p.tr.Connect(n, me.ID); err != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -47,12 +48,22 @@ func KeyRanges(n int) []Range {
 // CutSeq still go to Prev, the old owner; from CutSeq on they go to Node.
 // That aligns the cut-over with iterations without any change to
 // applications.
+//
+// Backups (PS_REPLICAS=k) are the servers that hold a copy of the
+// interval besides Node, in promotion order: the primary (Node) forwards
+// every push to each of them and acknowledges it only once all have
+// applied it; when Node dies the first live backup becomes Node.
+// Tables treat Backups as immutable: replace the slice, never modify it.
 type Interval struct {
 	Begin, End uint64
 	Node       int32
 	Prev       int32 // 0 when the interval is not migrating
 	CutSeq     uint64
+	Backups    []int32 `json:",omitempty"`
 }
+
+// HasBackup reports whether id is one of the interval's backups.
+func (iv *Interval) HasBackup(id int32) bool { return slices.Contains(iv.Backups, id) }
 
 // Dest returns the node for a request with push sequence number seq.
 func (iv *Interval) Dest(seq uint64) int32 {
@@ -90,9 +101,19 @@ func (r *Routes) Validate() error {
 		if iv.Node <= 0 {
 			return fmt.Errorf("routing epoch %d: interval %d has no owner", r.Epoch, i)
 		}
+		for j, b := range iv.Backups {
+			if b <= 0 || b == iv.Node || slices.Contains(iv.Backups[:j], b) {
+				return fmt.Errorf("routing epoch %d: interval %d (owner %d) has an invalid backup list %v: backups are distinct servers other than the owner", r.Epoch, i, iv.Node, iv.Backups)
+			}
+		}
 		next = iv.End
 	}
 	return nil
+}
+
+// Replicated reports whether any interval has backups.
+func (r *Routes) Replicated() bool {
+	return slices.ContainsFunc(r.Intervals, func(iv Interval) bool { return len(iv.Backups) > 0 })
 }
 
 // Owners lists the distinct nodes that own an interval (Node or Prev).
@@ -139,7 +160,7 @@ func (r *Routes) Split(begin, end uint64) *Routes {
 func (r *Routes) Coalesce() {
 	var out []Interval
 	for _, iv := range r.Intervals {
-		if n := len(out); n > 0 && out[n-1].Node == iv.Node && out[n-1].Prev == 0 && iv.Prev == 0 {
+		if n := len(out); n > 0 && out[n-1].Node == iv.Node && out[n-1].Prev == 0 && iv.Prev == 0 && slices.Equal(out[n-1].Backups, iv.Backups) {
 			out[n-1].End = iv.End
 			continue
 		}
@@ -150,17 +171,35 @@ func (r *Routes) Coalesce() {
 
 const intervalWire = 8 + 8 + 4 + 4 + 8
 
-// Marshal encodes the routes (little-endian, fixed-size records).
+// withBackups flags, in the interval count of the header, the second
+// encoding: each interval record is followed by its number of backups
+// (uint32) and their ids (uint32 each). A table without backups keeps the
+// first, fixed-size encoding, byte for byte.
+const withBackups = 1 << 31
+
+// Marshal encodes the routes (little-endian; fixed-size records when no
+// interval has backups, see withBackups).
 func (r *Routes) Marshal() []byte {
+	rep := r.Replicated()
 	b := make([]byte, 12, 12+len(r.Intervals)*intervalWire)
 	binary.LittleEndian.PutUint64(b, r.Epoch)
-	binary.LittleEndian.PutUint32(b[8:], uint32(len(r.Intervals)))
+	n := uint32(len(r.Intervals))
+	if rep {
+		n |= withBackups
+	}
+	binary.LittleEndian.PutUint32(b[8:], n)
 	for _, iv := range r.Intervals {
 		b = binary.LittleEndian.AppendUint64(b, iv.Begin)
 		b = binary.LittleEndian.AppendUint64(b, iv.End)
 		b = binary.LittleEndian.AppendUint32(b, uint32(iv.Node))
 		b = binary.LittleEndian.AppendUint32(b, uint32(iv.Prev))
 		b = binary.LittleEndian.AppendUint64(b, iv.CutSeq)
+		if rep {
+			b = binary.LittleEndian.AppendUint32(b, uint32(len(iv.Backups)))
+			for _, id := range iv.Backups {
+				b = binary.LittleEndian.AppendUint32(b, uint32(id))
+			}
+		}
 	}
 	return b
 }
@@ -171,19 +210,46 @@ func UnmarshalRoutes(b []byte) (*Routes, error) {
 		return nil, errors.New("routing table: message shorter than its 12-byte header")
 	}
 	r := &Routes{Epoch: binary.LittleEndian.Uint64(b)}
-	n := int(binary.LittleEndian.Uint32(b[8:]))
+	hdr := binary.LittleEndian.Uint32(b[8:])
+	rep := hdr&withBackups != 0
+	n := int(hdr &^ withBackups)
 	b = b[12:]
-	if n > 1<<20 || len(b) != n*intervalWire {
+	if n > 1<<20 || !rep && len(b) != n*intervalWire || rep && len(b) < n*(intervalWire+4) {
 		return nil, fmt.Errorf("routing table: %d intervals need %d bytes, got %d", n, n*intervalWire, len(b))
 	}
 	r.Intervals = make([]Interval, n)
 	for i := range r.Intervals {
-		p := b[i*intervalWire:]
+		if len(b) < intervalWire {
+			return nil, fmt.Errorf("routing table: interval %d of %d is truncated", i, n)
+		}
+		p := b
 		r.Intervals[i] = Interval{
 			Begin: binary.LittleEndian.Uint64(p), End: binary.LittleEndian.Uint64(p[8:]),
 			Node: int32(binary.LittleEndian.Uint32(p[16:])), Prev: int32(binary.LittleEndian.Uint32(p[20:])),
 			CutSeq: binary.LittleEndian.Uint64(p[24:]),
 		}
+		b = b[intervalWire:]
+		if !rep {
+			continue
+		}
+		if len(b) < 4 {
+			return nil, fmt.Errorf("routing table: interval %d of %d has no backup count", i, n)
+		}
+		k := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if k > 1<<10 || len(b) < 4*k {
+			return nil, fmt.Errorf("routing table: interval %d claims %d backups in %d bytes", i, k, len(b))
+		}
+		if k > 0 {
+			r.Intervals[i].Backups = make([]int32, k)
+			for j := range k {
+				r.Intervals[i].Backups[j] = int32(binary.LittleEndian.Uint32(b[4*j:]))
+			}
+		}
+		b = b[4*k:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("routing table: %d bytes after the last interval", len(b))
 	}
 	if err := r.Validate(); err != nil {
 		return nil, err

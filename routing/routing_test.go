@@ -50,3 +50,47 @@ func TestRoutesMarshalRoundTrip(t *testing.T) {
 	_, err = UnmarshalRoutes(r.Marshal()[:5])
 	assert.Error(t, err)
 }
+
+func TestRoutesWithBackupsRoundTrip(t *testing.T) {
+	r := IdentityRoutes(KeyRanges(3))
+	r.Epoch = 3
+	plain := r.Marshal()
+	r.Intervals[0].Backups = []int32{10, 12}
+	r.Intervals[2].Backups = []int32{8}
+	b := r.Marshal()
+	assert.Len(t, b, len(plain)+3*4+3*4, "a backup count per interval and an id per backup")
+	got, err := UnmarshalRoutes(b)
+	require.NoError(t, err)
+	assert.Equal(t, r, got)
+	assert.True(t, got.Replicated())
+	for cut := 12; cut < len(b); cut += 7 {
+		_, err := UnmarshalRoutes(b[:cut])
+		assert.Error(t, err, "truncated at %d bytes", cut)
+	}
+	_, err = UnmarshalRoutes(append(b, 0))
+	assert.ErrorContains(t, err, "after the last interval")
+}
+
+func TestRoutesWithoutBackupsKeepTheFixedEncoding(t *testing.T) {
+	r := IdentityRoutes(KeyRanges(2))
+	assert.False(t, r.Replicated())
+	assert.Len(t, r.Marshal(), 12+2*intervalWire)
+}
+
+func TestValidateRejectsBadBackups(t *testing.T) {
+	for name, bs := range map[string][]int32{"the owner": {8}, "a repeat": {10, 10}, "no node": {0}} {
+		r := IdentityRoutes(KeyRanges(2))
+		r.Intervals[0].Backups = bs
+		assert.ErrorContains(t, r.Validate(), "invalid backup list", name)
+	}
+}
+
+func TestCoalesceKeepsIntervalsWithOtherBackupsApart(t *testing.T) {
+	r := &Routes{Intervals: []Interval{
+		{Begin: 0, End: 5, Node: 8, Backups: []int32{10}},
+		{Begin: 5, End: 9, Node: 8, Backups: []int32{10}},
+		{Begin: 9, End: 20, Node: 8, Backups: []int32{12}},
+	}}
+	r.Coalesce()
+	assert.Equal(t, []Interval{{Begin: 0, End: 9, Node: 8, Backups: []int32{10}}, {Begin: 9, End: 20, Node: 8, Backups: []int32{12}}}, r.Intervals)
+}

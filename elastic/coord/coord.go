@@ -38,6 +38,9 @@ type Coordinator struct {
 	// later moves do not wait for it meanwhile (Lagging lists such nodes).
 	PublishWait time.Duration
 
+	replicas int            // PS_REPLICAS: backups per interval (replicas.go)
+	lost     map[int32]bool // dead servers whose intervals had no live backup (guarded by moveMu)
+
 	moveMu  sync.Mutex // one reconfiguration at a time
 	exports chan export
 
@@ -86,6 +89,11 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 	c := &Coordinator{po: po, link: link, table: routing.NewIdentityTable(po.NumServers()), log: po.Logger(), Timeout: 30 * time.Second, PublishWait: 2 * time.Second,
 		exports: make(chan export, 4), nodes: map[int32]*nodeRoutes{}, acked: make(chan struct{})}
 	link.Handle(c.handle)
+	if k := po.Config().Replicas; k > 0 {
+		c.replicas, c.lost = k, map[int32]bool{}
+		po.OnNodeGone(c.serverGone)
+		go c.keepReplicated()
+	}
 	return c, nil
 }
 
@@ -167,6 +175,9 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	c.moveMu.Lock()
 	defer c.moveMu.Unlock()
 	res := Result{Started: time.Now()}
+	if c.replicas > 0 {
+		return res, fmt.Errorf("coord: keys [%d, %d) cannot move: moves of a job with PS_REPLICAS=%d are not supported yet (the backups would not follow)", begin, end, c.replicas)
+	}
 	r0 := c.table.Current()
 	from, err := owner(r0, begin, end)
 	if err != nil {
@@ -372,7 +383,9 @@ func (c *Coordinator) publish(r *routing.Routes, first ...int32) error {
 		c.ack(id, r.Epoch)
 	}
 	sent := slices.Clone(first)
-	for _, wave := range [][]int32{c.Servers(), c.po.Members(message.WorkerGroup)} {
+	// Dead nodes are skipped: a failover's table must not wait for the
+	// server that died.
+	for _, wave := range [][]int32{c.live(c.Servers()), c.live(c.po.Members(message.WorkerGroup))} {
 		var ids []int32
 		for _, id := range wave {
 			if !slices.Contains(sent, id) {

@@ -52,6 +52,8 @@ type jobOpts struct {
 	// answers that it can take keys (accept) and nothing else; no request
 	// handler, so give it no keys to serve.
 	stuckServer bool
+	// configure changes every node's config (jobtest.Options.Configure).
+	configure func(*postoffice.Config)
 }
 
 // startJobWith starts the job described by opts: its elastic sides, the
@@ -59,7 +61,7 @@ type jobOpts struct {
 // ps-lite programs do before ps::Start.
 func startJobWith(t *testing.T, ns, nw int, opts jobOpts) *elasticJob {
 	t.Helper()
-	jo := jobtest.Options{Servers: ns, Workers: nw, Start: jobtest.StartWithBarrier}
+	jo := jobtest.Options{Servers: ns, Workers: nw, Start: jobtest.StartWithBarrier, Configure: opts.configure}
 	if opts.stuckWorker {
 		jo.Workers++
 	}

@@ -28,6 +28,8 @@ var layers = map[string]int{
 
 	"van": 2, // the transport contract
 
+	"replica": 2, // placement, promotion, applied pushes: pure, on routing
+
 	"van/zmq": 3, "van/tcp": 3, "van/rdma": 3, "van/memvan": 3, "van/vantest": 3,
 
 	"van/anyvan": 4, // opens any of them

@@ -1,0 +1,185 @@
+package coord
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/testutil"
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
+)
+
+func replicated(k int) func(*postoffice.Config) {
+	return func(c *postoffice.Config) {
+		c.Elastic = true
+		c.Replicas = k
+		c.HeartbeatInterval = 100 * time.Millisecond
+		c.HeartbeatTimeout = 500 * time.Millisecond
+	}
+}
+
+// waitReplicated waits until every node holds a table in which each
+// interval has k backups.
+func (j *elasticJob) waitReplicated(t *testing.T, k int, dead ...*postoffice.Postoffice) *routing.Routes {
+	t.Helper()
+	var r *routing.Routes
+	testutil.WaitFor(t, 20*time.Second, func() bool {
+		r = j.coord.Table().Current()
+		for _, iv := range r.Intervals {
+			if len(iv.Backups) != k {
+				return false
+			}
+		}
+		for i, en := range append(slices.Clone(j.srvEl), j.wrkEl...) {
+			if i < len(j.servers) && slices.Contains(dead, j.servers[i]) {
+				continue
+			}
+			if en.Table().Epoch() < r.Epoch {
+				return false
+			}
+		}
+		return true
+	}, func() string { return "the backups were not placed: " + describe(j.coord.Table().Current()) })
+	return r
+}
+
+// A job of 3 servers and 2 workers with PS_REPLICAS=1: the workers push
+// integer values (several pushes outstanding each) while server rank 1
+// stops abruptly. Every push is acknowledged (the ones that waited on
+// the dead server went to the backup promoted in its place), the dead
+// server's interval is served by its backup, the backups are topped up
+// again, and the pulled values are the exact sums of every push.
+//
+// With k=2 every interval is on all three servers; after the death two
+// are left, so each interval gets one backup again.
+func TestReplicatedJobSurvivesAServerDeath(t *testing.T) {
+	for _, k := range []int{1, 2} {
+		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { survivesAServerDeath(t, k) })
+	}
+}
+
+func survivesAServerDeath(t *testing.T, k int) {
+	const ns, nw, rounds, window = 3, 2, 600, 4
+	j := startJobWith(t, ns, nw, jobOpts{configure: replicated(k)})
+	r0 := j.waitReplicated(t, k)
+	for _, iv := range r0.Intervals {
+		require.NotContains(t, iv.Backups, iv.Node)
+	}
+	ranges := j.workers[0].ServerKeyRanges()
+	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1, ranges[1].Begin + 2, ranges[2].Begin + 1}
+	victim := j.servers[1]
+	dead := victim.MyNode().ID
+
+	var killOnce sync.Once
+	var wg sync.WaitGroup
+	errs := make([][]error, nw)
+	for wi, w := range j.kvw {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var pending []int32
+			for i := range rounds {
+				if wi == 0 && i == rounds/3 {
+					killOnce.Do(victim.Stop)
+				}
+				v := float32(i%5 + 1)
+				ts, err := kv.Push(w, keys, []float32{v, 2 * v, 3 * v, 4 * v}, nil, kv.Options{})
+				if err != nil {
+					errs[wi] = append(errs[wi], err)
+					continue
+				}
+				pending = append(pending, ts)
+				if len(pending) == window {
+					if err := w.Wait(pending[0]); err != nil {
+						errs[wi] = append(errs[wi], err)
+					}
+					pending = pending[1:]
+				}
+			}
+			for _, ts := range pending {
+				if err := w.Wait(ts); err != nil {
+					errs[wi] = append(errs[wi], err)
+				}
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	testutil.Recv(t, done, 40*time.Second, func() string { return "the workers did not finish" })
+	for wi, e := range errs {
+		require.Empty(t, len(e), "worker %d: every push is acknowledged; the first failure: %v", wi, append(e, nil)[0])
+	}
+
+	var sum float32
+	for i := range rounds {
+		sum += float32(i%5 + 1)
+	}
+	sum *= nw
+	want := []float32{sum, 2 * sum, 3 * sum, 4 * sum}
+	for wi, w := range j.kvw {
+		var got []float32
+		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Wait(ts))
+		assert.Equal(t, want, got, "worker %d: exact sums of every push", wi)
+	}
+
+	r := j.coord.Table().Current()
+	for _, iv := range r.Intervals {
+		assert.NotEqual(t, dead, iv.Node, "no interval stays on the dead server")
+		assert.NotContains(t, iv.Backups, dead)
+	}
+	// k copies again: each interval has a live backup other than its owner
+	j.waitReplicated(t, 1, victim)
+}
+
+// A push re-sent with the timestamp of one applied before (as a worker
+// re-sends after a failover) is acknowledged but not applied again, on
+// the primary and on its backup.
+func TestReplicatedPrimarySkipsARepeatedPush(t *testing.T) {
+	j := startJobWith(t, 3, 1, jobOpts{configure: replicated(1)})
+	r := j.waitReplicated(t, 1)
+	iv := r.Intervals[0]
+	key := iv.Begin + 5
+	// The first push goes through the worker, so it is replicated once
+	// the backup is seeded.
+	ts, err := kv.Push(j.kvw[0], []uint64{key}, []float32{7}, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+
+	again := &message.Message{Meta: message.NewMeta()}
+	again.Meta.AppID, again.Meta.CustomerID, again.Meta.Timestamp = 0, 0, ts
+	again.Meta.Request, again.Meta.Push = true, true
+	again.Meta.Recver = iv.Node
+	again.Meta.Ext.Epoch = r.Epoch
+	again.AddData(message.Uint64, kv.KeysToBytes([]uint64{key}))
+	again.AddData(message.Float, kv.AsBytes([]float32{7}))
+	_, err = j.workers[0].Send(again)
+	require.NoError(t, err)
+	// A later push of the same key is applied: the repeat before it was
+	// answered (the worker drops that answer: its operation is done).
+	ts, err = kv.Push(j.kvw[0], []uint64{key}, []float32{1}, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+	testutil.WaitFor(t, 10*time.Second, func() bool { return j.kvw[0].Dropped() == 1 }, func() string { return "the repeat was not answered" })
+	i := slices.IndexFunc(j.servers, func(po *postoffice.Postoffice) bool { return po.MyNode().ID == iv.Node })
+	assert.Equal(t, int64(1), j.srvEl[i].DuplicatePushes())
+
+	for _, id := range []int32{iv.Node, iv.Backups[0]} {
+		i := slices.IndexFunc(j.servers, func(po *postoffice.Postoffice) bool { return po.MyNode().ID == id })
+		require.GreaterOrEqual(t, i, 0)
+		res, err := j.srvs[i].HandleLocal(kv.LocalRequest{DataType: message.Float, Data: kv.KVPairs{Keys: []uint64{key}}}, 10*time.Second)
+		require.NoError(t, err)
+		got, err := kv.FromBytes[float32](res.Vals)
+		require.NoError(t, err)
+		assert.Equal(t, []float32{8}, got, "server %d applied the push once", id)
+	}
+}

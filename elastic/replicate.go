@@ -1,0 +1,559 @@
+package elastic
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/replica"
+	"github.com/elasticps/elasticps/routing"
+)
+
+// replication is a server agent's part of PS_REPLICAS: as the primary of
+// an interval it forwards each push to the interval's backups and lets
+// the handler apply it only once every backup has (requests behind it on
+// the same server wait in order); as a backup it applies forwarded pushes;
+// on both it records applied pushes (replica.Seen) so a re-sent one is
+// applied once. Its fields are guarded by the agent's mu.
+type replication struct {
+	seen   *replica.Seen
+	active map[activeKey]bool              // interval (begin, end) -> backup seeded and forwarded to
+	queue  []*forwarded                    // requests waiting for the backups, in admission order
+	pass   map[*message.Message]*forwarded // released, not yet admitted again
+	seeds  []*seeding
+	// forwarded pushes being applied here as a backup: a seeding of
+	// their keys waits for them
+	applying map[*applying]struct{}
+	// seeds installed here by a primary named in a newer routing table
+	// than this server has yet: its forwards are taken meanwhile
+	ahead []Move
+
+	readmitMu sync.Mutex   // releases queued requests in order
+	dupes     atomic.Int64 // duplicate pushes acknowledged without applying them
+}
+
+type applying struct{ lo, hi uint64 }
+
+type activeKey struct {
+	begin, end uint64
+	backup     int32
+}
+
+// forwarded is a request waiting on the primary until every backup it was
+// forwarded to has applied it (a request that is no push waits only for
+// those before it).
+type forwarded struct {
+	m      *message.Message
+	lo, hi uint64
+	waits  []int32 // backups that have not answered
+	dup    bool    // a push applied here before: answered without the handler
+	failed error   // a backup could not apply it: answered with this error
+}
+
+// seeding copies an interval to a new backup; the interval's requests are
+// held meanwhile.
+type seeding struct {
+	begin, end uint64
+	to         int32
+	parked     []*message.Message
+	cancel     chan struct{} // closed when the backup left the table
+}
+
+func newReplication() *replication {
+	return &replication{seen: replica.NewSeen(), active: map[activeKey]bool{}, pass: map[*message.Message]*forwarded{},
+		applying: map[*applying]struct{}{}}
+}
+
+// replicate is Admit's step for a request this server is the primary of,
+// with e.mu held: handled false lets it through now; otherwise it is held
+// (forwarded to the backups, behind earlier ones, or behind a seeding).
+func (e *serverAgent) replicate(m *message.Message, lo, hi uint64, push bool) (handled bool) {
+	rp := e.rep
+	if _, ok := rp.pass[m]; ok {
+		delete(rp.pass, m)
+		return false
+	}
+	for _, sd := range rp.seeds {
+		if overlaps(lo, hi+1, sd.begin, sd.end) {
+			sd.parked = append(sd.parked, m)
+			return true
+		}
+	}
+	w := workerKey(&m.Meta)
+	dup := push && rp.seen.Applied(w, lo, m.Meta.Timestamp)
+	var to []int32
+	if push {
+		to = e.backupsOf(lo, hi)
+	}
+	if push && !dup {
+		// Noted now: the handler applies it after the backups did, and
+		// nothing re-sends it meanwhile (only a failover does, to another
+		// server).
+		rp.seen.Note(w, lo, m.Meta.Timestamp)
+	}
+	if len(rp.queue) == 0 && len(to) == 0 && !dup {
+		return false
+	}
+	f := &forwarded{m: m, lo: lo, hi: hi, dup: dup}
+	rp.queue = append(rp.queue, f)
+	if len(to) > 0 {
+		body := encodeForward(m)
+		for _, b := range to {
+			f.waits = append(f.waits, b)
+			if err := e.node.link.Go(b, MsgReplicate, body, func(_ []byte, err error) { e.forwardDone(f, b, err) }); err != nil {
+				e.po.Logger().Error("elastic: push not forwarded to a backup; it waits until the backup leaves the routing table", "backup", b, "err", err)
+			}
+		}
+	}
+	if len(f.waits) == 0 {
+		go e.release()
+	}
+	return true
+}
+
+// backupsOf lists the seeded backups of the intervals holding [lo, hi].
+// The caller holds mu.
+func (e *serverAgent) backupsOf(lo, hi uint64) []int32 {
+	var out []int32
+	r := e.routes
+	for i := max(r.Find(lo), 0); i < len(r.Intervals) && r.Intervals[i].Begin <= hi; i++ {
+		iv := &r.Intervals[i]
+		for _, b := range iv.Backups {
+			if e.rep.active[activeKey{iv.Begin, iv.End, b}] && !slices.Contains(out, b) {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+// forwardDone records a backup's answer to a forwarded push.
+func (e *serverAgent) forwardDone(f *forwarded, b int32, err error) {
+	e.mu.Lock()
+	if err != nil && f.failed == nil {
+		// Not applied here either: the worker gets the error rather than
+		// an acknowledgement the backup cannot back.
+		e.po.Logger().Error("elastic: a backup failed to apply a forwarded push; the push fails", "backup", b, "err", err)
+		f.failed = fmt.Errorf("backup server %d could not apply the push: %w", b, err)
+	}
+	f.waits = slices.DeleteFunc(f.waits, func(x int32) bool { return x == b })
+	e.mu.Unlock()
+	e.release()
+}
+
+// dropBackup stops waiting for backup b (dead, or no longer a backup):
+// forwarded requests no longer wait for it. The caller holds mu.
+func (e *serverAgent) dropBackup(b int32) {
+	for _, f := range e.rep.queue {
+		f.waits = slices.DeleteFunc(f.waits, func(x int32) bool { return x == b })
+	}
+	for k := range e.rep.active {
+		if k.backup == b {
+			delete(e.rep.active, k)
+		}
+	}
+	for _, sd := range e.rep.seeds {
+		if sd.to == b {
+			sd.stop()
+		}
+	}
+}
+
+// release hands the queue's leading requests that no longer wait back to
+// the server, in order.
+func (e *serverAgent) release() {
+	rp := e.rep
+	rp.readmitMu.Lock()
+	defer rp.readmitMu.Unlock()
+	e.mu.Lock()
+	var ready []*forwarded
+	for len(rp.queue) > 0 && len(rp.queue[0].waits) == 0 {
+		f := rp.queue[0]
+		rp.queue = rp.queue[1:]
+		ready = append(ready, f)
+		if f.failed == nil && (!f.dup || f.m.Meta.Pull) {
+			rp.pass[f.m] = f
+		}
+	}
+	e.mu.Unlock()
+	for _, f := range ready {
+		switch {
+		case f.failed != nil:
+			e.answer(f.m, f.failed)
+		case f.dup && !f.m.Meta.Pull:
+			e.rep.dupes.Add(1)
+			e.answer(f.m, nil)
+		case f.dup:
+			// Applied before: serve it as the pull it also is.
+			f.m.Meta.Push = false
+			f.m.Data = f.m.Data[:2:2]
+			f.m.Data[1] = nil
+			f.m.Meta.DataType = f.m.Meta.DataType[:2:2]
+			e.s.Readmit(f.m)
+		default:
+			e.s.Readmit(f.m)
+		}
+	}
+}
+
+// answer answers a push without the handler: an acknowledgement of one
+// this server applied before (the worker re-sent it after a failover), or
+// err (the elasticps error extension: the worker's Wait returns it).
+func (e *serverAgent) answer(m *message.Message, err error) {
+	r := &message.Message{Meta: message.NewMeta()}
+	r.Meta.AppID = m.Meta.AppID
+	r.Meta.CustomerID = m.Meta.CustomerID
+	r.Meta.Push, r.Meta.Pull = m.Meta.Push, m.Meta.Pull
+	r.Meta.Head = m.Meta.Head
+	r.Meta.Timestamp = m.Meta.Timestamp
+	r.Meta.Recver = m.Meta.Sender
+	if err != nil {
+		r.Meta.Body = []byte(err.Error())
+	}
+	if _, err := e.po.Send(r); err != nil {
+		e.po.Logger().Error("elastic: answer to a replicated push not sent", "to", m.Meta.Sender, "err", err)
+	}
+}
+
+// encodeForward encodes a push for MsgReplicate: worker, timestamp, cmd,
+// the vals' data type, then keys, vals and lens, each length-prefixed.
+func encodeForward(m *message.Message) []byte {
+	dt := message.Float
+	if len(m.Meta.DataType) >= 2 {
+		dt = m.Meta.DataType[1]
+	}
+	var b []byte
+	b = binary.LittleEndian.AppendUint32(b, uint32(workerKey(&m.Meta)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.Meta.Timestamp))
+	b = binary.LittleEndian.AppendUint32(b, uint32(m.Meta.Head))
+	b = binary.LittleEndian.AppendUint32(b, uint32(dt))
+	for i := range 3 {
+		var f []byte
+		if i < len(m.Data) {
+			f = m.Data[i]
+		}
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+type forwardedPush struct {
+	worker, ts int32
+	req        kv.LocalRequest
+}
+
+func decodeForward(b []byte) (forwardedPush, error) {
+	var p forwardedPush
+	if len(b) < 16 {
+		return p, fmt.Errorf("elastic: forwarded push of %d bytes is shorter than its 16-byte header", len(b))
+	}
+	p.worker, p.ts = int32(binary.LittleEndian.Uint32(b)), int32(binary.LittleEndian.Uint32(b[4:]))
+	p.req = kv.LocalRequest{Push: true, Cmd: int32(binary.LittleEndian.Uint32(b[8:])), DataType: message.DataType(binary.LittleEndian.Uint32(b[12:]))}
+	b = b[16:]
+	var frames [3][]byte
+	for i := range frames {
+		if len(b) < 4 || int(binary.LittleEndian.Uint32(b)) > len(b)-4 {
+			return p, fmt.Errorf("elastic: forwarded push: frame %d is truncated", i)
+		}
+		n := int(binary.LittleEndian.Uint32(b))
+		frames[i], b = b[4:4+n], b[4+n:]
+	}
+	var err error
+	if p.req.Data.Keys, err = kv.BytesToKeys(frames[0]); err != nil {
+		return p, fmt.Errorf("elastic: forwarded push: keys: %w", err)
+	}
+	if len(p.req.Data.Keys) == 0 {
+		return p, errors.New("elastic: forwarded push without keys")
+	}
+	p.req.Data.Vals = frames[1]
+	if len(frames[2]) > 0 {
+		if p.req.Data.Lens, err = kv.BytesToLens(frames[2]); err != nil {
+			return p, fmt.Errorf("elastic: forwarded push: lens: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// applyForwarded applies a push that primary from forwarded to this
+// backup, on the link's receive goroutine (so forwarded pushes apply in
+// the order they were sent), unless it was applied before. A push from a
+// node this server's table does not name as the keys' primary (one that
+// died: a failover promoted another, perhaps this server) is refused: its
+// worker re-sends it to the new primary, which forwards it to the new
+// backups.
+func (e *serverAgent) applyForwarded(from int32, body []byte) error {
+	p, err := decodeForward(body)
+	if err != nil {
+		return err
+	}
+	keys := p.req.Data.Keys
+	first := keys[0]
+	e.mu.Lock()
+	if i := e.routes.Find(first); i >= 0 && e.routes.Intervals[i].Node != from && !e.rep.seededBy(from, first) {
+		e.mu.Unlock()
+		return fmt.Errorf("routing epoch %d names node %d, not %d, as the primary of key %d: a forwarded push from %d is refused", e.routes.Epoch, e.routes.Intervals[i].Node, from, first, from)
+	}
+	dup := e.rep.seen.Applied(p.worker, first, p.ts)
+	var ap *applying
+	if !dup {
+		// Noted before it is applied: the worker may re-send it to this
+		// server meanwhile (its primary died), and that copy must find it.
+		e.rep.seen.Note(p.worker, first, p.ts)
+		ap = &applying{lo: first, hi: keys[len(keys)-1]}
+		e.rep.applying[ap] = struct{}{}
+	}
+	e.mu.Unlock()
+	if dup {
+		return nil
+	}
+	_, err = e.s.HandleLocal(p.req, localTimeout)
+	e.mu.Lock()
+	delete(e.rep.applying, ap)
+	e.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("the handler did not apply a forwarded push: %w", err)
+	}
+	return nil
+}
+
+// replicaRoutes updates replication for a new table r, with mu held (old
+// is the table before it): forwarded requests stop waiting for servers
+// that are no longer their backups, seedings to those stop, and it returns
+// the seedings to start (backups of our intervals not yet copied to).
+func (e *serverAgent) replicaRoutes(old, r *routing.Routes, me int32) []*seeding {
+	rp := e.rep
+	active := map[activeKey]bool{}
+	var start []*seeding
+	for _, iv := range r.Intervals {
+		if iv.Node != me {
+			continue
+		}
+		for _, b := range iv.Backups {
+			k := activeKey{iv.Begin, iv.End, b}
+			if wasActive(old, rp.active, iv.Begin, iv.End, b, me) {
+				active[k] = true
+				continue
+			}
+			if slices.ContainsFunc(rp.seeds, func(sd *seeding) bool { return sd.begin == iv.Begin && sd.end == iv.End && sd.to == b }) {
+				continue
+			}
+			sd := &seeding{begin: iv.Begin, end: iv.End, to: b, cancel: make(chan struct{})}
+			rp.seeds = append(rp.seeds, sd)
+			start = append(start, sd)
+		}
+	}
+	rp.active = active
+	rp.ahead = slices.DeleteFunc(rp.ahead, func(mv Move) bool { return mv.Epoch <= r.Epoch })
+	for _, sd := range rp.seeds {
+		if !slices.ContainsFunc(r.Intervals, func(iv routing.Interval) bool {
+			return iv.Begin == sd.begin && iv.End == sd.end && iv.Node == me && iv.HasBackup(sd.to)
+		}) {
+			sd.stop()
+		}
+	}
+	for _, f := range rp.queue {
+		f.waits = slices.DeleteFunc(f.waits, func(b int32) bool { return !listedBackup(r, f.lo, f.hi, b) })
+	}
+	return start
+}
+
+// listedBackup reports whether r names b as a backup of an interval
+// holding part of [lo, hi].
+func listedBackup(r *routing.Routes, lo, hi uint64, b int32) bool {
+	for i := max(r.Find(lo), 0); i < len(r.Intervals) && r.Intervals[i].Begin <= hi; i++ {
+		if r.Intervals[i].HasBackup(b) {
+			return true
+		}
+	}
+	return false
+}
+
+func (sd *seeding) stop() {
+	select {
+	case <-sd.cancel:
+	default:
+		close(sd.cancel)
+	}
+}
+
+// wasActive reports whether, in old, this server was the primary of all of
+// [begin, end) and replicated it to b.
+func wasActive(old *routing.Routes, active map[activeKey]bool, begin, end uint64, b, me int32) bool {
+	i := old.Find(begin)
+	if i < 0 {
+		return false
+	}
+	for ; i < len(old.Intervals) && old.Intervals[i].Begin < end; i++ {
+		iv := &old.Intervals[i]
+		if iv.Node != me || !active[activeKey{iv.Begin, iv.End, b}] {
+			return false
+		}
+	}
+	return true
+}
+
+// seed copies [sd.begin, sd.end) to the new backup sd.to once nothing is in
+// flight on it, then forwards to it and lets the held requests in.
+func (e *serverAgent) seed(sd *seeding, epoch uint64) {
+	ok := e.seedCopy(sd, epoch)
+	rp := e.rep
+	rp.readmitMu.Lock()
+	defer rp.readmitMu.Unlock()
+	e.mu.Lock()
+	rp.seeds = slices.DeleteFunc(rp.seeds, func(x *seeding) bool { return x == sd })
+	i := e.routes.Find(sd.begin)
+	if ok && i >= 0 {
+		iv := &e.routes.Intervals[i]
+		if iv.Begin == sd.begin && iv.End == sd.end && iv.Node == e.me() && iv.HasBackup(sd.to) {
+			rp.active[activeKey{sd.begin, sd.end, sd.to}] = true
+		}
+	}
+	parked := sd.parked
+	e.mu.Unlock()
+	for _, m := range parked {
+		e.s.Readmit(m)
+	}
+}
+
+func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
+	log := e.po.Logger().With("begin", sd.begin, "end", sd.end, "backup", sd.to)
+	for {
+		e.mu.Lock()
+		busy := slices.ContainsFunc(e.rep.queue, func(f *forwarded) bool { return overlaps(f.lo, f.hi+1, sd.begin, sd.end) })
+		for _, f := range e.rep.pass {
+			busy = busy || overlaps(f.lo, f.hi+1, sd.begin, sd.end)
+		}
+		for a := range e.rep.applying {
+			busy = busy || overlaps(a.lo, a.hi+1, sd.begin, sd.end)
+		}
+		for r := range e.inflight {
+			busy = busy || overlaps(r.lo, r.hi+1, sd.begin, sd.end)
+		}
+		e.mu.Unlock()
+		if !busy {
+			break
+		}
+		select {
+		case <-sd.cancel:
+			return false
+		case <-e.po.Done():
+			return false
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	if e.migrator() == nil {
+		log.Error("elastic: the interval is not replicated: its handler has no Migrator to copy it with (PS_REPLICAS needs one: kv.DefaultHandler, paramstore.Store, or a C++ migration handle)")
+		return false
+	}
+	state, err := e.exportState(sd.begin, sd.end)
+	if err == nil {
+		// Export hands the keys over; take them back at once: a copy.
+		err = e.importState(state)
+	}
+	if err != nil {
+		log.Error("elastic: the interval could not be copied to its new backup; it is not replicated there", "err", err)
+		return false
+	}
+	e.mu.Lock()
+	seen := e.rep.seen.Export(sd.begin, sd.end)
+	e.mu.Unlock()
+	body := MarshalMove(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch},
+		append(binary.LittleEndian.AppendUint32(nil, uint32(len(state))), append(state, seen...)...))
+	done := make(chan error, 1)
+	// A standby that just joined may not be connected yet: try again.
+	for deadline := time.Now().Add(answerRetry); ; {
+		err = e.node.link.Go(sd.to, MsgSeed, body, func(_ []byte, err error) { done <- err })
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			log.Error("elastic: seed not sent to the new backup", "err", err)
+			return false
+		}
+		select {
+		case <-sd.cancel:
+			return false
+		case <-e.po.Done():
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	select {
+	case err = <-done:
+	case <-sd.cancel:
+		return false
+	case <-e.po.Done():
+		return false
+	}
+	if err != nil {
+		log.Error("elastic: the new backup could not install its copy; the interval is not replicated there", "err", err)
+		return false
+	}
+	if e.po.Verbose() >= 1 {
+		log.Info("elastic: backup seeded", "bytes", len(state))
+	}
+	return true
+}
+
+// seededBy reports whether primary from seeded key here with a table newer
+// than ours. The caller holds mu.
+func (rp *replication) seededBy(from int32, key uint64) bool {
+	return slices.ContainsFunc(rp.ahead, func(mv Move) bool { return mv.From == from && key >= mv.Begin && key < mv.End })
+}
+
+// installSeed replaces what this backup holds of the seed's interval with
+// the primary's copy.
+func (e *serverAgent) installSeed(body []byte) error {
+	mv, rest, err := UnmarshalMove(body)
+	if err != nil {
+		return err
+	}
+	if len(rest) < 4 || int(binary.LittleEndian.Uint32(rest)) > len(rest)-4 {
+		return errors.New("elastic: seed is truncated")
+	}
+	n := int(binary.LittleEndian.Uint32(rest))
+	state, seen := rest[4:4+n], rest[4+n:]
+	if e.migrator() == nil {
+		return errors.New("this server's handler has no Migrator: it cannot hold a backup (PS_REPLICAS needs one on every server)")
+	}
+	// Forget an older copy first (Export drops the keys it returns).
+	if _, err := e.exportState(mv.Begin, mv.End); err != nil {
+		return err
+	}
+	if err := e.importState(state); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if mv.Epoch > e.routes.Epoch {
+		e.rep.ahead = append(e.rep.ahead, mv)
+	}
+	return e.rep.seen.Import(seen)
+}
+
+// serverGone is the agent's postoffice.OnNodeGone subscriber: a dead
+// backup is not waited for (the coordinator never promotes a dead server),
+// and a dead worker's applied-push record goes (a restarted worker numbers
+// its operations from the start).
+func (e *serverAgent) serverGone(ev postoffice.NodeEvent) {
+	if !ev.Dead {
+		return
+	}
+	e.mu.Lock()
+	switch ev.Role {
+	case message.RoleServer:
+		e.dropBackup(ev.ID)
+	case message.RoleWorker:
+		e.rep.seen.Forget(ev.ID)
+	}
+	e.mu.Unlock()
+	e.release()
+}
