@@ -453,10 +453,10 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		log.Error("elastic: the interval is not replicated: its handler has no Migrator to copy it with (PS_REPLICAS needs one: kv.DefaultHandler, paramstore.Store, or a C++ migration handle)")
 		return false
 	}
-	state, err := e.exportState(sd.begin, sd.end)
+	state, err := e.exportState(sd.begin, sd.end, nil)
 	if err == nil {
 		// Export hands the keys over; take them back at once: a copy.
-		err = e.importState(state)
+		err = e.importState(sd.begin, sd.end, state)
 	}
 	if err != nil {
 		log.Error("elastic: the interval could not be copied to its new backup; it is not replicated there", "err", err)
@@ -525,10 +525,10 @@ func (e *serverAgent) installSeed(body []byte) error {
 		return errors.New("this server's handler has no Migrator: it cannot hold a backup (PS_REPLICAS needs one on every server)")
 	}
 	// Forget an older copy first (Export drops the keys it returns).
-	if _, err := e.exportState(mv.Begin, mv.End); err != nil {
+	if _, err := e.exportState(mv.Begin, mv.End, nil); err != nil {
 		return err
 	}
-	if err := e.importState(state); err != nil {
+	if err := e.importState(mv.Begin, mv.End, state); err != nil {
 		return err
 	}
 	e.mu.Lock()

@@ -325,8 +325,13 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.Standby && (c.Role != message.RoleServer || !c.Elastic) {
 		return c, &EnvError{Var: "PS_STANDBY", Value: "1", Want: "0, or 1 on a server of an elastic job (DMLC_ROLE=server and PS_ELASTIC=1)"}
 	}
-	c.Sync, err = syncFromEnv(get)
-	return c, err
+	if c.Sync, err = syncFromEnv(get); err != nil {
+		return c, err
+	}
+	if c.Replicas > 0 && c.Sync.Mode != syncctl.ASP {
+		return c, &EnvError{Var: "PS_SYNC_MODE", Value: c.Sync.Mode.String(), Want: "asp with PS_REPLICAS > 0 (backups do not carry sync state yet), or PS_REPLICAS=0"}
+	}
+	return c, nil
 }
 
 // syncFromEnv reads PS_SYNC_MODE, PS_STALENESS, PS_PAUSE_PROB and

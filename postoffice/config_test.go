@@ -133,6 +133,10 @@ func TestConfigReplicas(t *testing.T) {
 	c, err = ConfigFromEnv(envOf(env))
 	require.NoError(t, err)
 	assert.Equal(t, 2, c.Replicas)
+	env["PS_SYNC_MODE"] = "bsp"
+	_, err = ConfigFromEnv(envOf(env))
+	assert.ErrorContains(t, err, "backups do not carry sync state yet")
+	delete(env, "PS_SYNC_MODE")
 	env["PS_REPLICAS"] = "3"
 	_, err = ConfigFromEnv(envOf(env))
 	assert.ErrorContains(t, err, "fewer than DMLC_NUM_SERVER=3")
