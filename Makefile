@@ -23,8 +23,8 @@ build: deps
 # where the plot is.
 demo: build
 	./$(BIN)/elasticps demo
-	./$(BIN)/elasticps train --workers 2 --servers 2 --compare bsp,asp --iterations 300 --eval-every 75 \
-		--straggle-every 2 --straggle-mean 20 --straggle-sd 5 --out $(BIN)/train-demo
+	./$(BIN)/elasticps train --workers 4 --servers 2 --compare bsp,fluent --pause-prob 0.1 --iterations 250 --eval-every 25 \
+		--straggle-every 4 --straggle-mean 100 --straggle-sd 10 --out $(BIN)/train-demo
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
