@@ -112,7 +112,7 @@ func TestEnvErrors(t *testing.T) {
 		{[]string{"DMLC_ROLE=server"}, "environment variable DMLC_NUM_WORKER is not set"},
 		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=x"}, `DMLC_NUM_SERVER="x" is invalid: expected the number of servers`},
 		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1"}, "DMLC_PS_ROOT_URI is not set"},
-		{[]string{"DMLC_ROLE=worker", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1"}, "DMLC_ROLE=worker but the command runs a server"},
+		{[]string{"DMLC_ROLE=worker", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1"}, "DMLC_ROLE=worker but 'elasticps server' runs a server: set DMLC_ROLE=server"},
 		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1", "PS_SYNC_MODE=sync"}, `environment variable PS_SYNC_MODE="sync" is invalid: expected asp (the default: never wait), bsp, ssp or fluent`},
 		{[]string{"DMLC_ROLE=server", "DMLC_NUM_WORKER=1", "DMLC_NUM_SERVER=1", "DMLC_PS_ROOT_URI=127.0.0.1", "DMLC_PS_ROOT_PORT=1", "PS_SYNC_MODE=fluent", "PS_PAUSE_PROB=2"}, `environment variable PS_PAUSE_PROB="2" is invalid: expected a probability from 0 to 1, or sigmoid`},
 	}
