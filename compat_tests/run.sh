@@ -107,13 +107,13 @@ fi
 # cpushare_check RESTORED LOG
 cpushare_check() {
   local restored=$1 log=$2
-  if ! grep -q '^\[server 0\].*GOMAXPROCS lowered' "$log"; then
+  if ! grep -Eq '^\[server 0( rank [0-9]+)?\].*GOMAXPROCS lowered' "$log"; then
     echo "the server did not lower GOMAXPROCS"
-  elif [ "$restored" = yes ] && ! grep -q '^\[server 0\].*GOMAXPROCS restored: a thread of the program calls KVServer::Response' "$log"; then
+  elif [ "$restored" = yes ] && ! grep -Eq '^\[server 0( rank [0-9]+)?\].*GOMAXPROCS restored: a thread of the program calls KVServer::Response' "$log"; then
     echo "the server did not restore GOMAXPROCS when its engine thread answered"
   elif [ "$restored" = no ] && grep -q 'GOMAXPROCS restored' "$log"; then
     echo "GOMAXPROCS was restored, but only the bridge's threads called into Go"
-  elif grep -q '^\[worker 0\].*GOMAXPROCS lowered' "$log"; then
+  elif grep -Eq '^\[worker 0( rank [0-9]+)?\].*GOMAXPROCS lowered' "$log"; then
     echo "a worker lowered GOMAXPROCS"
   else
     return 0
