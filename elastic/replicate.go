@@ -207,13 +207,7 @@ func (e *serverAgent) release() {
 // this server applied before (the worker re-sent it after a failover), or
 // err (the elasticps error extension: the worker's Wait returns it).
 func (e *serverAgent) answer(m *message.Message, err error) {
-	r := &message.Message{Meta: message.NewMeta()}
-	r.Meta.AppID = m.Meta.AppID
-	r.Meta.CustomerID = m.Meta.CustomerID
-	r.Meta.Push, r.Meta.Pull = m.Meta.Push, m.Meta.Pull
-	r.Meta.Head = m.Meta.Head
-	r.Meta.Timestamp = m.Meta.Timestamp
-	r.Meta.Recver = m.Meta.Sender
+	r := replyTo(m)
 	if err != nil {
 		r.Meta.Body = []byte(err.Error())
 	}

@@ -595,9 +595,9 @@ func (e *serverAgent) importHandlerState(state []byte) error {
 	return fmt.Errorf("the exported state has an unknown format byte %#x", state[0])
 }
 
-// redirect answers a request with "not applied here; re-route with a table
-// of at least epoch", echoing its keys so the worker knows which part.
-func (e *serverAgent) redirect(m *message.Message, epoch uint64) {
+// replyTo starts the answer to request m that the server sends without
+// its handler (a redirect, an acknowledgement of a duplicate, an error).
+func replyTo(m *message.Message) *message.Message {
 	r := &message.Message{Meta: message.NewMeta()}
 	r.Meta.AppID = m.Meta.AppID
 	r.Meta.CustomerID = m.Meta.CustomerID
@@ -605,6 +605,13 @@ func (e *serverAgent) redirect(m *message.Message, epoch uint64) {
 	r.Meta.Head = m.Meta.Head
 	r.Meta.Timestamp = m.Meta.Timestamp
 	r.Meta.Recver = m.Meta.Sender
+	return r
+}
+
+// redirect answers a request with "not applied here; re-route with a table
+// of at least epoch", echoing its keys so the worker knows which part.
+func (e *serverAgent) redirect(m *message.Message, epoch uint64) {
+	r := replyTo(m)
 	r.Meta.Ext.Redirect = true
 	r.Meta.Ext.Epoch = epoch
 	if len(m.Data) > 0 {
