@@ -15,6 +15,7 @@
 package snapshot
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -195,18 +196,8 @@ func list(dir string, rank int) (snaps []file, tmps []file, err error) {
 			snaps = append(snaps, file{name, seq})
 		}
 	}
-	slices.SortFunc(snaps, func(a, b file) int { return -cmpSeq(a.seq, b.seq) })
+	slices.SortFunc(snaps, func(a, b file) int { return cmp.Compare(b.seq, a.seq) })
 	return snaps, tmps, nil
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Latest returns rank's newest snapshot in dir that is complete (its
