@@ -44,6 +44,10 @@ func runNode(kind string) error {
 		return elasticWorker(po)
 	case "replicated":
 		return replicatedWorker(po)
+	case "snapshot-push":
+		return snapshotPusher(po)
+	case "snapshot-pull":
+		return snapshotPuller(po)
 	}
 	return fmt.Errorf("unknown node kind %q", kind)
 }

@@ -11,6 +11,19 @@ import (
 // as a snapshot for Import: per key, key (8 bytes), data type (4), value
 // length (4) and the value bytes.
 func (h *DefaultHandler) Export(begin, end uint64) ([]byte, error) {
+	return h.encode(begin, end, true), nil
+}
+
+// Snapshot returns the keys in [begin, end) as Export does, at one point in
+// time, but leaves them in the store (snapshot files, PS_SNAPSHOT_DIR).
+func (h *DefaultHandler) Snapshot(begin, end uint64) ([]byte, error) {
+	return h.encode(begin, end, false), nil
+}
+
+// Restore installs a snapshot from Snapshot or Export, as Import.
+func (h *DefaultHandler) Restore(state []byte) error { return h.Import(state) }
+
+func (h *DefaultHandler) encode(begin, end uint64, remove bool) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var b []byte
@@ -22,9 +35,11 @@ func (h *DefaultHandler) Export(begin, end uint64) ([]byte, error) {
 		b = binary.LittleEndian.AppendUint32(b, uint32(v.dt))
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(v.val)))
 		b = append(b, v.val...)
-		delete(h.store, k)
+		if remove {
+			delete(h.store, k)
+		}
 	}
-	return b, nil
+	return b
 }
 
 // Import installs a snapshot from Export, replacing any stored value of the

@@ -36,6 +36,20 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // them) and returns their values and optimizer state as a snapshot for
 // Import. It is the elastic Migrator's Export.
 func (s *Store) Export(begin, end uint64) ([]byte, error) {
+	return s.encode(begin, end, true), nil
+}
+
+// Snapshot returns the keys in [begin, end) with their optimizer state as
+// Export does, at one point in time, but leaves them in the store
+// (snapshot files, PS_SNAPSHOT_DIR).
+func (s *Store) Snapshot(begin, end uint64) ([]byte, error) {
+	return s.encode(begin, end, false), nil
+}
+
+// Restore installs a snapshot from Snapshot or Export, as Import.
+func (s *Store) Restore(state []byte) error { return s.Import(state) }
+
+func (s *Store) encode(begin, end uint64, remove bool) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var keys []uint64
@@ -76,10 +90,12 @@ func (s *Store) Export(begin, end uint64) ([]byte, error) {
 		}
 	}
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	for _, k := range keys {
-		delete(s.keys, k)
+	if remove {
+		for _, k := range keys {
+			delete(s.keys, k)
+		}
 	}
-	return b, nil
+	return b
 }
 
 // buffers are the state buffers of e that a snapshot carries, in order.

@@ -151,3 +151,38 @@ func TestImportRejectsCorruptSnapshots(t *testing.T) {
 	require.NoError(t, dst.Import(good))
 	assert.Equal(t, 7, dst.Len())
 }
+
+// TestSnapshotRestore takes a snapshot mid-training (optimizer state and
+// an open round included), trains on, and restores it into a new store:
+// it continues exactly as the original did after the snapshot, and the
+// snapshot left the original untouched.
+func TestSnapshotRestore(t *testing.T) {
+	for _, opt := range []Optimizer{None, Momentum, Adam} {
+		t.Run(opt.String(), func(t *testing.T) {
+			cfg := withOpt(opt, 0.125)
+			cfg.RoundSize = func() int { return 3 }
+			orig, restored := newStore(t, cfg), newStore(t, cfg)
+			var tr trainer
+			tr.init(t, orig)
+			tr.run(t, 7, orig)
+
+			snap, err := orig.Snapshot(0, math.MaxUint64)
+			require.NoError(t, err)
+			assert.Equal(t, 7, orig.Len(), "Snapshot leaves the keys in the store")
+			require.NoError(t, restored.Restore(snap))
+			assert.Equal(t, 7, restored.Len())
+
+			tr.run(t, 8, orig, restored)
+			for _, k := range trainKeys {
+				assert.Equal(t, pull[float64](t, orig, k), pull[float64](t, restored, k), "key %d", k)
+			}
+			assert.Equal(t, pull[float32](t, orig, 100), pull[float32](t, restored, 100))
+
+			part, err := orig.Snapshot(2, 4)
+			require.NoError(t, err)
+			only := newStore(t, cfg)
+			require.NoError(t, only.Restore(part))
+			assert.Equal(t, 2, only.Len(), "a range's snapshot holds only its keys")
+		})
+	}
+}

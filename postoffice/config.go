@@ -103,6 +103,12 @@ type Config struct {
 	// elasticps command does; the C++ bridge does for servers, and undoes
 	// it with RestoreHostCPUs); default false.
 	ShareHostCPUs bool
+	// SnapshotDir is where a server writes a snapshot of its store every
+	// SnapshotInterval and resumes from at start (PS_SNAPSHOT_DIR; empty =
+	// off). SnapshotInterval is PS_SNAPSHOT_INTERVAL, in seconds (default
+	// DefaultSnapshotInterval). See docs/fault-tolerance.md.
+	SnapshotDir      string
+	SnapshotInterval time.Duration
 	// Sync is how this node's KV servers synchronize workers (PS_SYNC_MODE
 	// and its parameters); the zero value is ASP, ps-lite's behaviour.
 	Sync SyncConfig
@@ -130,6 +136,9 @@ type SyncConfig struct {
 	// reproducible and no two servers draw the same sequence.
 	Seed int64
 }
+
+// DefaultSnapshotInterval is PS_SNAPSHOT_INTERVAL when unset.
+const DefaultSnapshotInterval = 60 * time.Second
 
 // DefaultStaleness is PS_STALENESS when unset: a bound of 3 iterations,
 // SSP's usual setting, lets a straggler fall a few iterations behind
@@ -325,6 +334,12 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.Standby && (c.Role != message.RoleServer || !c.Elastic) {
 		return c, &EnvError{Var: "PS_STANDBY", Value: "1", Want: "0, or 1 on a server of an elastic job (DMLC_ROLE=server and PS_ELASTIC=1)"}
 	}
+	c.SnapshotDir = get("PS_SNAPSHOT_DIR")
+	si, err := optionalInt(get, "PS_SNAPSHOT_INTERVAL", int(DefaultSnapshotInterval/time.Second), 1, "seconds >= 1 between a server's snapshots (default 60)")
+	if err != nil {
+		return c, err
+	}
+	c.SnapshotInterval = time.Duration(si) * time.Second
 	if c.Sync, err = syncFromEnv(get); err != nil {
 		return c, err
 	}

@@ -46,6 +46,13 @@ func TestConfigFromEnv(t *testing.T) {
 	assert.Equal(t, "127.0.0.1", c.NodeHost)
 	assert.Equal(t, 500*time.Microsecond, c.InlineHandOver)
 	assert.False(t, c.KeepMalloc)
+	assert.Empty(t, c.SnapshotDir, "snapshots off by default")
+	assert.Equal(t, DefaultSnapshotInterval, c.SnapshotInterval)
+	env["PS_SNAPSHOT_DIR"], env["PS_SNAPSHOT_INTERVAL"] = "/tmp/snaps", "5"
+	c, err = ConfigFromEnv(envOf(env))
+	require.NoError(t, err)
+	assert.Equal(t, "/tmp/snaps", c.SnapshotDir)
+	assert.Equal(t, 5*time.Second, c.SnapshotInterval)
 	env["PS_ZMQ_TUNE_MALLOC"] = "0"
 	c, err = ConfigFromEnv(envOf(env))
 	require.NoError(t, err, "PS_ZMQ_TUNE_MALLOC=0")
@@ -102,6 +109,8 @@ func TestConfigFromEnvErrors(t *testing.T) {
 		{"pause prob NaN", "PS_PAUSE_PROB", "NaN", "PS_PAUSE_PROB", "from 0 to 1, or sigmoid"},
 		{"pause prob word", "PS_PAUSE_PROB", "often", "PS_PAUSE_PROB", "from 0 to 1, or sigmoid"},
 		{"bad seed", "PS_SYNC_SEED", "0x", "PS_SYNC_SEED", "an integer"},
+		{"zero snapshot interval", "PS_SNAPSHOT_INTERVAL", "0", "PS_SNAPSHOT_INTERVAL", `PS_SNAPSHOT_INTERVAL="0" is invalid: expected seconds >= 1`},
+		{"snapshot interval unit", "PS_SNAPSHOT_INTERVAL", "30s", "PS_SNAPSHOT_INTERVAL", "seconds >= 1"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/paramstore"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/snapshot"
 )
 
 // statsHead is the SimpleApp head a worker sends to ask a server for its
@@ -49,6 +50,8 @@ environment (ps-lite's names; * = required, default in brackets):
   PS_BALANCE_INTERVAL    ms between rebalancing plans of an elastic scheduler [2000]
   PS_REPORT_INTERVAL     ms between load reports of elastic servers [1000]
   PS_METRICS_ADDR        serve Prometheus metrics at http://ADDR/metrics [off]
+  PS_SNAPSHOT_DIR        a server snapshots its store here and resumes from it [off]
+  PS_SNAPSHOT_INTERVAL   seconds between a server's snapshots [60]
   PS_GOSSIP_PORT         the scheduler's failure-detection port
                          [DMLC_PS_ROOT_PORT+2 if elastic, else off]
 The README's table lists every variable.
@@ -171,6 +174,7 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 		return err
 	}
 	defer release()
+	var keeper func() // resumes the store, then snapshots it
 	if cfg.Role == message.RoleServer {
 		en, err := elastic.Open(po)
 		if err != nil {
@@ -195,6 +199,9 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 		}
 		defer srv.Close()
 		serveStats(po, srv.Simple())
+		if cfg.SnapshotDir != "" {
+			keeper = func() { startSnapshots(ctx, po, en, store) }
+		}
 	}
 	var bal *coord.Balancer
 	if cfg.Role == message.RoleScheduler && cfg.Elastic {
@@ -204,6 +211,11 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 	}
 	if err := po.Start(0); err != nil {
 		return fmt.Errorf("%s start: %w", role, err)
+	}
+	if keeper != nil {
+		// after Start (the rank is known), before the start barrier (no
+		// worker has pushed yet)
+		keeper()
 	}
 	// A node that replaced a dead one, or joined as a standby, skips the
 	// start barrier, which the others passed long ago (MXNet and BytePS do
@@ -244,6 +256,39 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 		return fmt.Errorf("%s finalize: %w", role, err)
 	}
 	return ctx.Err()
+}
+
+// startSnapshots resumes store from the latest complete snapshot of this
+// server's rank in PS_SNAPSHOT_DIR and snapshots it every
+// PS_SNAPSHOT_INTERVAL until ctx is done (docs/fault-tolerance.md,
+// "Snapshots"). Snapshots hold ps-lite's static partition only: an elastic
+// job's server skips them once its routing has moved keys (epoch > 0).
+func startSnapshots(ctx context.Context, po *postoffice.Postoffice, en *elastic.Node, store *paramstore.Store) {
+	log := po.Logger()
+	if po.IsRecovery() || po.IsStandby() {
+		log.Warn("snapshot: a restarted or standby server does not resume from snapshots: its range is the job's to report", "dir", po.Config().SnapshotDir)
+		return
+	}
+	rank := po.MyRank()
+	r := po.ServerKeyRanges()[rank]
+	k := &snapshot.Keeper{
+		Dir: po.Config().SnapshotDir, Rank: rank, Begin: r.Begin, End: r.End,
+		Interval: po.Config().SnapshotInterval, Log: log,
+	}
+	if po.Config().Elastic {
+		k.Skip = func() string {
+			if e := en.Table().Epoch(); e != 0 {
+				return fmt.Sprintf("the elastic job's routing is at epoch %d: keys may have moved off the static partition, which is all a snapshot holds", e)
+			}
+			return ""
+		}
+	}
+	if k.Skip != nil && k.Skip() != "" {
+		log.Warn("snapshot: not resuming from snapshots", "reason", k.Skip())
+	} else if _, err := k.Resume(store); err != nil {
+		log.Error("snapshot: cannot resume; the server starts empty", "err", err)
+	}
+	go k.Run(ctx, store)
 }
 
 // serveStats answers statsHead requests with the node's traffic counters;
