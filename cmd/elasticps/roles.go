@@ -50,6 +50,11 @@ environment (ps-lite's names; * = required, default in brackets):
   PS_BALANCE_INTERVAL    ms between rebalancing plans of an elastic scheduler [2000]
   PS_REPORT_INTERVAL     ms between load reports of elastic servers [1000]
   PS_METRICS_ADDR        serve Prometheus metrics at http://ADDR/metrics [off]
+  PS_SYNC_MODE           how a server synchronizes workers: asp, bsp, ssp, fluent [asp]
+  PS_STALENESS           the bound s of ssp and fluent [3]
+  PS_PAUSE_PROB          fluent's pause probability: 0 to 1, or sigmoid [sigmoid]
+  PS_SYNC_SEED           seed of fluent's pause draws [0]
+  PS_REPLICAS            backups of every key interval (needs PS_ELASTIC=1) [0]
   PS_SNAPSHOT_DIR        a server snapshots its store here and resumes from it [off]
   PS_SNAPSHOT_INTERVAL   seconds between a server's snapshots [60]
   PS_GOSSIP_PORT         the scheduler's failure-detection port
