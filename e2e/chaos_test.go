@@ -155,7 +155,9 @@ func TestChaosReplicatedServers(t *testing.T) {
 				continue // the same copy as before the kill
 			}
 			testutil.WaitFor(t, 30*time.Second, func() bool { return seeded(c) > seededBefore[c] },
-				func() string { return fmt.Sprintf("kill %d: the copy of [%s,%s) on server %d was never seeded", k+1, c.begin, c.end, c.backup) })
+				func() string {
+					return fmt.Sprintf("kill %d: the copy of [%s,%s) on server %d was never seeded", k+1, c.begin, c.end, c.backup)
+				})
 		}
 	}
 	// the workers push on after the last failover
