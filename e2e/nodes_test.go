@@ -312,17 +312,7 @@ func replicatedWorker(po *postoffice.Postoffice) error {
 		return err
 	}
 	defer w.Close()
-	nw, rank := po.NumWorkers(), po.MyRank()
-	var keys, all []uint64
-	var vals []float32
-	for s, r := range po.ServerKeyRanges() {
-		keys = append(keys, r.Begin, r.Begin+1, r.Begin+10+uint64(rank))
-		vals = append(vals, float32(s*10+1), float32(s*10+2), 1)
-		all = append(all, r.Begin, r.Begin+1)
-		for i := range nw {
-			all = append(all, r.Begin+10+uint64(i))
-		}
-	}
+	keys, all, vals := replicaKeys(po)
 	signal := os.Getenv("E2E_SIGNAL_FILE")
 	rounds, resentAt := 0, -1
 	var pending []int32
@@ -368,21 +358,8 @@ func replicatedWorker(po *postoffice.Postoffice) error {
 	if err := do(kv.Pull(w, all, &got, nil, kv.Options{})); err != nil {
 		return err
 	}
-	per := 2 + nw
-	for s := range po.NumServers() {
-		row := got[s*per : (s+1)*per]
-		if mine := row[2+rank]; mine != float32(rounds) {
-			return fmt.Errorf("server range %d: this worker's key holds %v, but %d rounds were acknowledged", s, mine, rounds)
-		}
-		var total float32
-		for _, c := range row[2:] {
-			total += c
-		}
-		for i, v := range vals[3*s : 3*s+2] {
-			if row[i] != v*total {
-				return fmt.Errorf("server range %d, key %d: pulled %v, want %v after %v rounds of all workers", s, i, row[i], v*total, total)
-			}
-		}
+	if err := checkReplicaSums(po, got, vals, float32(rounds)); err != nil {
+		return err
 	}
 	fmt.Printf("replicated OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
 	if err := po.Finalize(0, true); err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
@@ -430,17 +407,7 @@ func chaosWorker(po *postoffice.Postoffice) error {
 		return err
 	}
 	defer w.Close()
-	nw, rank := po.NumWorkers(), po.MyRank()
-	var keys, all []uint64
-	var base []float32
-	for s, r := range po.ServerKeyRanges() {
-		keys = append(keys, r.Begin, r.Begin+1, r.Begin+10+uint64(rank))
-		base = append(base, float32(s*10+1), float32(s*10+2), 1)
-		all = append(all, r.Begin, r.Begin+1)
-		for i := range nw {
-			all = append(all, r.Begin+10+uint64(i))
-		}
-	}
+	keys, all, base := replicaKeys(po)
 	signal := os.Getenv("E2E_SIGNAL_FILE")
 	type push struct {
 		ts int32
@@ -497,11 +464,42 @@ func chaosWorker(po *postoffice.Postoffice) error {
 	if err := do(kv.Pull(w, all, &got, nil, kv.Options{})); err != nil {
 		return err
 	}
-	per := 2 + nw
+	if err := checkReplicaSums(po, got, base, acked); err != nil {
+		return err
+	}
+	fmt.Printf("chaos OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
+	err = po.Finalize(0, true)
+	fmt.Printf("finalize: %v\n", err)
+	if err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
+		return err
+	}
+	return nil
+}
+
+// replicaKeys are the keys of the replicated workers: two shared by the
+// workers and one of this worker's own in each server range (keys), with
+// their base values, and every worker's (all) for the final pull.
+func replicaKeys(po *postoffice.Postoffice) (keys, all []uint64, base []float32) {
+	for s, r := range po.ServerKeyRanges() {
+		keys = append(keys, r.Begin, r.Begin+1, r.Begin+10+uint64(po.MyRank()))
+		base = append(base, float32(s*10+1), float32(s*10+2), 1)
+		all = append(all, r.Begin, r.Begin+1)
+		for i := range po.NumWorkers() {
+			all = append(all, r.Begin+10+uint64(i))
+		}
+	}
+	return keys, all, base
+}
+
+// checkReplicaSums checks the pull of replicaKeys' all exactly: this
+// worker's own keys hold mine (its acknowledged pushes' sum), the shared
+// keys their base value times every worker's sum.
+func checkReplicaSums(po *postoffice.Postoffice, got, base []float32, mine float32) error {
+	per := 2 + po.NumWorkers()
 	for s := range po.NumServers() {
 		row := got[s*per : (s+1)*per]
-		if mine := row[2+rank]; mine != acked {
-			return fmt.Errorf("server range %d: this worker's key holds %v, but its acknowledged pushes add up to %v", s, mine, acked)
+		if v := row[2+po.MyRank()]; v != mine {
+			return fmt.Errorf("server range %d: this worker's key holds %v, but its acknowledged pushes add up to %v", s, v, mine)
 		}
 		var total float32
 		for _, c := range row[2:] {
@@ -512,12 +510,6 @@ func chaosWorker(po *postoffice.Postoffice) error {
 				return fmt.Errorf("server range %d, key %d: pulled %v, want exactly %v (%v times every worker's acknowledged sum %v)", s, i, row[i], b*total, b, total)
 			}
 		}
-	}
-	fmt.Printf("chaos OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
-	err = po.Finalize(0, true)
-	fmt.Printf("finalize: %v\n", err)
-	if err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
-		return err
 	}
 	return nil
 }

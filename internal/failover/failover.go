@@ -221,6 +221,18 @@ func (j *job) start(name string, extra []string, args ...string) (*node, error) 
 	return n, nil
 }
 
+// saveLogs writes every node's output to a new directory and returns it.
+func (j *job) saveLogs() string {
+	dir, err := os.MkdirTemp("", "elasticps-failover-logs")
+	if err != nil {
+		return "(none: " + err.Error() + ")"
+	}
+	for _, n := range j.nodes {
+		_ = os.WriteFile(filepath.Join(dir, n.name+".log"), []byte(n.output()), 0o644)
+	}
+	return dir
+}
+
 // stop kills whatever still runs.
 func (j *job) stop() {
 	for _, n := range j.nodes {
@@ -323,11 +335,15 @@ func copies(line string) []string {
 	return cs
 }
 
-// holders are the servers a coordinator log line's routes give a copy to.
+// holders are the servers a coordinator log line's routes give a backup
+// copy to. Only those are killed: a worker fails at once, instead of
+// waiting for the failover, what waits on a dead server that is a primary
+// but no interval's backup (kv.Worker.awaitFailover checks the backup
+// lists only).
 func holders(line string) []int {
 	var ids []int
 	for _, m := range routeRE.FindAllStringSubmatch(line, -1) {
-		for _, f := range append([]string{m[3]}, strings.Fields(m[4])...) {
+		for _, f := range strings.Fields(m[4]) {
 			id, _ := strconv.Atoi(f)
 			ids = append(ids, id)
 		}
@@ -361,7 +377,7 @@ func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progr
 	}
 	defer j.stop()
 	fail := func(err error) ([]float64, error) {
-		return nil, fmt.Errorf("%w; scheduler's last lines:\n%s", err, cli.LastLines(sched.output(), 10))
+		return nil, fmt.Errorf("%w; the nodes' logs are in %s", err, j.saveLogs())
 	}
 	byID := map[int]*node{}
 	nodeID := func(n *node) error {
