@@ -48,6 +48,8 @@ func runNode(kind string) error {
 		return snapshotPusher(po)
 	case "snapshot-pull":
 		return snapshotPuller(po)
+	case "chaos":
+		return chaosWorker(po)
 	}
 	return fmt.Errorf("unknown node kind %q", kind)
 }
@@ -314,17 +316,7 @@ func replicatedWorker(po *postoffice.Postoffice) error {
 		return err
 	}
 	defer w.Close()
-	nw, rank := po.NumWorkers(), po.MyRank()
-	var keys, all []uint64
-	var vals []float32
-	for s, r := range po.ServerKeyRanges() {
-		keys = append(keys, r.Begin, r.Begin+1, r.Begin+10+uint64(rank))
-		vals = append(vals, float32(s*10+1), float32(s*10+2), 1)
-		all = append(all, r.Begin, r.Begin+1)
-		for i := range nw {
-			all = append(all, r.Begin+10+uint64(i))
-		}
-	}
+	keys, all, vals := replicaKeys(po)
 	signal := os.Getenv("E2E_SIGNAL_FILE")
 	rounds, resentAt := 0, -1
 	var pending []int32
@@ -370,21 +362,8 @@ func replicatedWorker(po *postoffice.Postoffice) error {
 	if err := do(kv.Pull(w, all, &got, nil, kv.Options{})); err != nil {
 		return err
 	}
-	per := 2 + nw
-	for s := range po.NumServers() {
-		row := got[s*per : (s+1)*per]
-		if mine := row[2+rank]; mine != float32(rounds) {
-			return fmt.Errorf("server range %d: this worker's key holds %v, but %d rounds were acknowledged", s, mine, rounds)
-		}
-		var total float32
-		for _, c := range row[2:] {
-			total += c
-		}
-		for i, v := range vals[3*s : 3*s+2] {
-			if row[i] != v*total {
-				return fmt.Errorf("server range %d, key %d: pulled %v, want %v after %v rounds of all workers", s, i, row[i], v*total, total)
-			}
-		}
+	if err := checkReplicaSums(po, got, vals, float32(rounds)); err != nil {
+		return err
 	}
 	fmt.Printf("replicated OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
 	if err := po.Finalize(0, true); err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
@@ -416,4 +395,125 @@ func startedWorker(po *postoffice.Postoffice) (*kv.Worker, func(int32, error) er
 		return w.Wait(ts)
 	}
 	return w, do, nil
+}
+
+// chaosWorker pushes rounds, a few outstanding at a time, until the test's
+// signal file appears (the test kills servers meanwhile). Round t adds
+// c = t%3+1 to a key of this worker's own in each server range and
+// c times a fixed value to two keys shared by the workers, so a push
+// applied twice or lost shows in the sums. It records the acknowledged
+// pushes: after a barrier, its own keys must hold the sum of their c
+// exactly and the shared keys their value times every worker's sum. Any
+// push that fails is an error: with one server death at a time none may.
+func chaosWorker(po *postoffice.Postoffice) error {
+	w, do, err := startedWorker(po)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	keys, all, base := replicaKeys(po)
+	signal := os.Getenv("E2E_SIGNAL_FILE")
+	type push struct {
+		ts int32
+		c  float32
+	}
+	var pending []push
+	var acked float32 // the sum of c over the acknowledged pushes
+	rounds := 0
+	ack := func(p push) error {
+		if err := do(p.ts, nil); err != nil {
+			return fmt.Errorf("push with timestamp %d failed after %d acknowledged: %w", p.ts, rounds-len(pending), err)
+		}
+		acked += p.c
+		return nil
+	}
+	fmt.Println("chaos worker pushing")
+	for deadline := time.Now().Add(45 * time.Second); ; rounds++ {
+		if rounds%100 == 0 {
+			fmt.Printf("chaos pushed %d rounds\n", rounds)
+		}
+		if _, err := os.Stat(signal); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no signal within 45s")
+		}
+		c := float32(rounds%3 + 1)
+		vals := make([]float32, len(base))
+		for i, b := range base {
+			vals[i] = b * c
+		}
+		ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
+		if err != nil {
+			return fmt.Errorf("push %d: %w", rounds, err)
+		}
+		if pending = append(pending, push{ts, c}); len(pending) == 4 {
+			if err := ack(pending[0]); err != nil {
+				return err
+			}
+			pending = pending[1:]
+		}
+	}
+	for len(pending) > 0 {
+		if err := ack(pending[0]); err != nil {
+			return err
+		}
+		pending = pending[1:]
+	}
+	fmt.Printf("chaos pushed %d rounds, all acknowledged (sum %v)\n", rounds, acked)
+	if err := po.Barrier(0, message.WorkerGroup); err != nil {
+		return err
+	}
+	var got []float32
+	if err := do(kv.Pull(w, all, &got, nil, kv.Options{})); err != nil {
+		return err
+	}
+	if err := checkReplicaSums(po, got, base, acked); err != nil {
+		return err
+	}
+	fmt.Printf("chaos OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
+	err = po.Finalize(0, true)
+	fmt.Printf("finalize: %v\n", err)
+	if err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
+		return err
+	}
+	return nil
+}
+
+// replicaKeys are the keys of the replicated workers: two shared by the
+// workers and one of this worker's own in each server range (keys), with
+// their base values, and every worker's (all) for the final pull.
+func replicaKeys(po *postoffice.Postoffice) (keys, all []uint64, base []float32) {
+	for s, r := range po.ServerKeyRanges() {
+		keys = append(keys, r.Begin, r.Begin+1, r.Begin+10+uint64(po.MyRank()))
+		base = append(base, float32(s*10+1), float32(s*10+2), 1)
+		all = append(all, r.Begin, r.Begin+1)
+		for i := range po.NumWorkers() {
+			all = append(all, r.Begin+10+uint64(i))
+		}
+	}
+	return keys, all, base
+}
+
+// checkReplicaSums checks the pull of replicaKeys' all exactly: this
+// worker's own keys hold mine (its acknowledged pushes' sum), the shared
+// keys their base value times every worker's sum.
+func checkReplicaSums(po *postoffice.Postoffice, got, base []float32, mine float32) error {
+	per := 2 + po.NumWorkers()
+	for s := range po.NumServers() {
+		row := got[s*per : (s+1)*per]
+		if v := row[2+po.MyRank()]; v != mine {
+			return fmt.Errorf("server range %d: this worker's key holds %v, but its acknowledged pushes add up to %v", s, v, mine)
+		}
+		var total float32
+		for _, c := range row[2:] {
+			total += c
+		}
+		for i, b := range base[3*s : 3*s+2] {
+			if row[i] != b*total {
+				return fmt.Errorf("server range %d, key %d: pulled %v, want exactly %v (%v times every worker's acknowledged sum %v)", s, i, row[i], b*total, b, total)
+			}
+		}
+	}
+	return nil
 }

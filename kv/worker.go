@@ -1093,15 +1093,16 @@ func (*failoverSweep) Error() string { return "kv: a failover re-send of waiting
 const failoverWait = time.Minute
 
 // awaitFailover waits until the routing table no longer names dead server
-// node as a backup (the coordinator's failover table, which promotes a
-// backup of each interval it was the primary of, has arrived), then has
-// operations ts re-sent (resendAll).
+// node as a backup, nor as the primary of an interval that has backups
+// (the coordinator's failover table, which promotes a backup of each
+// interval it was the primary of, has arrived), then has operations ts
+// re-sent (resendAll).
 func (w *Worker) awaitFailover(node int32, ts []int32) {
 	deadline := time.NewTimer(failoverWait)
 	defer deadline.Stop()
 	for {
 		changed := w.table.Changed()
-		if !namesBackup(w.table.Current(), node) {
+		if !awaitsFailover(w.table.Current(), node) {
 			break
 		}
 		select {
@@ -1118,8 +1119,15 @@ func (w *Worker) awaitFailover(node int32, ts []int32) {
 	w.c.enqueue(m, &failoverSweep{node: node, ts: ts})
 }
 
-func namesBackup(r *routing.Routes, node int32) bool {
-	return slices.ContainsFunc(r.Intervals, func(iv routing.Interval) bool { return iv.HasBackup(node) })
+// awaitsFailover reports whether table r still gives dead server node a
+// part that a failover table will take from it: a copy it holds as a
+// backup, or an interval it is the primary of and that has a backup to
+// promote. (A primary-only server is a primary too: waiting only on backup
+// copies failed its intervals' operations before their failover came.)
+func awaitsFailover(r *routing.Routes, node int32) bool {
+	return slices.ContainsFunc(r.Intervals, func(iv routing.Interval) bool {
+		return iv.HasBackup(node) || iv.Node == node && len(iv.Backups) > 0
+	})
 }
 
 // resendAll re-sends, on the customer goroutine, what operations fo.ts

@@ -11,6 +11,7 @@ import (
 
 	"github.com/elasticps/elasticps/internal/bench"
 	"github.com/elasticps/elasticps/internal/cli"
+	"github.com/elasticps/elasticps/internal/failover"
 	"github.com/elasticps/elasticps/van/rdma"
 )
 
@@ -29,6 +30,12 @@ flags:
 
 // runBench is 'elasticps bench'.
 func runBench(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "failover" {
+		return runFailover(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == failover.NodeArg {
+		return nodeCommand(args, "elasticps bench failover", func() error { return failover.RunNode(ctx) })
+	}
 	o, err := parseBenchArgs(args)
 	if err != nil {
 		return err
@@ -105,4 +112,53 @@ func parseBenchArgs(args []string) (bench.Config, error) {
 	}
 	o.Ops, o.Modes = cli.SplitList(*ops), cli.SplitList(*modes)
 	return o, o.Validate()
+}
+
+const failoverUsage = `usage: elasticps bench failover [flags]
+
+Measures replication and failover on local jobs of this executable (one
+scheduler, 3 servers, 1 worker, PS_ELASTIC=1, heartbeats 1 s / 2 s,
+memberlist on):
+
+  failover time   a PS_REPLICAS=1 job; a standby server joins (PS_STANDBY=1),
+                  a server holding copies is killed with SIGKILL while the
+                  worker pushes continuously to every range, one push in
+                  flight; the time from the kill to the worker's first
+                  acknowledged push after it; then the bench waits until
+                  every new backup is seeded (k copies again) and kills the
+                  next, --kills times. p50 and p99.
+  throughput      push goodput (MB/s = 10^6 B/s) with PS_REPLICAS=0, 1, 2 at
+                  each --sizes, one job each, --depth pushes in flight, and
+                  its ratio to k=0 of the same size.
+
+flags:
+`
+
+// runFailover is 'elasticps bench failover'.
+func runFailover(ctx context.Context, args []string) error {
+	o := failover.Config{}
+	fs := flag.NewFlagSet("elasticps bench failover", flag.ContinueOnError)
+	fs.IntVar(&o.Kills, "kills", 20, "servers killed (failover time samples); 0 = throughput only")
+	sizes := fs.String("sizes", "1MB,4MB", "comma-separated push sizes for the throughput cells; \"\" = none")
+	fs.DurationVar(&o.Duration, "duration", 3*time.Second, "measuring time per throughput cell")
+	fs.IntVar(&o.Depth, "depth", 4, "pushes in flight in the throughput cells")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the victims' choice")
+	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
+	if err := cli.Parse(fs, failoverUsage, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench failover: unexpected argument %q", fs.Arg(0))
+	}
+	for _, s := range cli.SplitList(*sizes) {
+		n, err := bench.ParseSize(s)
+		if err != nil {
+			return fmt.Errorf("bench failover: --sizes: %w", err)
+		}
+		o.Sizes = append(o.Sizes, n)
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	return failover.Run(ctx, o, os.Stdout)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -42,5 +43,28 @@ func TestParseBenchArgs(t *testing.T) {
 	} {
 		_, err := parseBenchArgs(bad)
 		assert.Error(t, err, "%v", bad)
+	}
+}
+
+func TestBenchFailoverHelpAndErrors(t *testing.T) {
+	for _, args := range [][]string{{"bench", "failover", "--help"}, {"help", "bench", "failover"}} {
+		r := elasticps(t, []string{"DMLC_ROLE=worker"}, args...)
+		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)
+		assert.True(t, strings.HasPrefix(r.stdout, "usage: elasticps bench failover [flags]"), r.stdout)
+		assert.Contains(t, r.stdout, "--kills")
+	}
+	r := elasticps(t, nil, "bench", "failover-node", "--help")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "'elasticps bench failover' starts")
+	for args, want := range map[string]string{
+		"--kills -1":         "elasticps: bench failover: --kills must be >= 0",
+		"--sizes 1XB":        "elasticps: bench failover: --sizes:",
+		"--depth 0":          "elasticps: bench failover: --depth must be >= 1",
+		"--kills 0 --sizes=": "something must be measured",
+		"now":                `elasticps: bench failover: unexpected argument "now"`,
+	} {
+		r := elasticps(t, nil, append([]string{"bench", "failover"}, strings.Fields(args)...)...)
+		assert.Equal(t, 1, r.code, args)
+		assert.Contains(t, r.stderr, want, args)
 	}
 }

@@ -59,6 +59,7 @@ func TestEveryHelpPrintsUsageAndExitsZero(t *testing.T) {
 		{[]string{"ctl"}, "usage: elasticps ctl [--addr HOST:PORT] COMMAND"},
 		{[]string{"bench"}, "usage: elasticps bench [flags]"},
 		{[]string{"bench", "straggler"}, "usage: elasticps bench straggler [flags]"},
+		{[]string{"bench", "failover"}, "usage: elasticps bench failover"},
 		{[]string{"scheduler"}, "usage: elasticps scheduler"},
 		{[]string{"server"}, "usage: elasticps server [flags]"},
 		{[]string{"train"}, "usage: elasticps train [flags]"},

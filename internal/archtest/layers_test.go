@@ -47,7 +47,7 @@ var layers = map[string]int{
 
 	"internal/nodeproc": 9, "internal/jobtest": 9, "cbridge/capi": 9, "examples/go/quickstart": 9,
 
-	"internal/bench": 10, "internal/straggler": 10, "internal/train": 10,
+	"internal/bench": 10, "internal/straggler": 10, "internal/train": 10, "internal/failover": 10,
 
 	"cmd/elasticps": 11, "e2e": 11,
 }
