@@ -178,3 +178,21 @@ func TestLocalPrefixShowsTheRank(t *testing.T) {
 	assert.NotEqual(t, ranks["0"], ranks["1"])
 	assert.Contains(t, r.stderr, "[launcher] scheduler at 127.0.0.1:")
 }
+
+// A node command started by hand, without its launcher's plan, says which
+// command starts it, and fails.
+func TestNodeCommandsWithoutAPlanSayWhoStartsThem(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"train-node"}, "ELASTICPS_TRAIN_PLAN: unexpected end of JSON input (train-node is started by 'elasticps train')"},
+		{[]string{"bench-node"}, "ELASTICPS_BENCH_PLAN: unexpected end of JSON input (bench-node is started by 'elasticps bench')"},
+		{[]string{"straggler-node"}, "(straggler-node is started by 'elasticps bench straggler')"},
+		{[]string{"bench", "failover-node"}, "(failover-node is started by 'elasticps bench failover')"},
+	} {
+		r := elasticps(t, nil, tc.args...)
+		assert.Equal(t, 1, r.code, "%v: exit status", tc.args)
+		assert.Contains(t, r.stderr, tc.want, "%v", tc.args)
+	}
+}

@@ -93,8 +93,8 @@ const NodeCommand = "bench-node"
 // RunNode is one process of a bench job.
 func RunNode(ctx context.Context) error {
 	var plan nodePlan
-	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &plan); err != nil {
-		return fmt.Errorf("%s: %v (%s is started by 'elasticps bench')", planEnv, err, NodeCommand)
+	if err := nodeproc.ReadPlan(planEnv, NodeCommand, "elasticps bench", &plan); err != nil {
+		return err
 	}
 	cfg, err := nodeproc.PlanConfig(plan.Van)
 	if err != nil {

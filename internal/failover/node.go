@@ -45,8 +45,8 @@ type rate struct {
 // RunNode is the worker process of 'elasticps bench failover'.
 func RunNode(ctx context.Context) error {
 	var p plan
-	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &p); err != nil {
-		return fmt.Errorf("%s: %v (%s is started by 'elasticps bench failover')", planEnv, err, NodeArg)
+	if err := nodeproc.ReadPlan(planEnv, NodeArg, "elasticps bench failover", &p); err != nil {
+		return err
 	}
 	cfg, err := nodeproc.Config("worker")
 	if err != nil {

@@ -145,3 +145,13 @@ func ReadResult(path string, v any) error {
 	}
 	return nil
 }
+
+// ReadPlan decodes the JSON plan a launcher hands a node process in
+// environment variable env; node and starter name the process and the
+// command that starts it, for the error a process started by hand gets.
+func ReadPlan(env, node, starter string, v any) error {
+	if err := json.Unmarshal([]byte(os.Getenv(env)), v); err != nil {
+		return fmt.Errorf("%s: %v (%s is started by '%s')", env, err, node, starter)
+	}
+	return nil
+}

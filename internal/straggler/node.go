@@ -91,8 +91,8 @@ const NodeCommand = "straggler-node"
 // RunNode is one process of a straggler benchmark job.
 func RunNode(ctx context.Context) error {
 	var plan nodePlan
-	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &plan); err != nil {
-		return fmt.Errorf("%s: %v (%s is started by 'elasticps bench straggler')", planEnv, err, NodeCommand)
+	if err := nodeproc.ReadPlan(planEnv, NodeCommand, "elasticps bench straggler", &plan); err != nil {
+		return err
 	}
 	cfg, err := nodeproc.PlanConfig(plan.Van)
 	if err != nil {

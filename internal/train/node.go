@@ -125,8 +125,8 @@ type syncStater interface {
 // RunNode is one process of a training job.
 func RunNode(ctx context.Context) error {
 	var plan nodePlan
-	if err := json.Unmarshal([]byte(os.Getenv(planEnv)), &plan); err != nil {
-		return fmt.Errorf("%s: %v (%s is started by 'elasticps train')", planEnv, err, NodeCommand)
+	if err := nodeproc.ReadPlan(planEnv, NodeCommand, "elasticps train", &plan); err != nil {
+		return err
 	}
 	cfg, err := nodeproc.Config("")
 	if err != nil {
