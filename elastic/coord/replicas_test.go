@@ -145,7 +145,9 @@ func survivesAServerDeath(t *testing.T, k int) {
 			continue
 		}
 		testutil.WaitFor(t, 10*time.Second, func() bool { g, ok := po.Gone(dead); return ok && g.FailedOver },
-			func() string { return fmt.Sprintf("%s %d was not told the failover lost nothing", po.Role(), po.MyNode().ID) })
+			func() string {
+				return fmt.Sprintf("%s %d was not told the failover lost nothing", po.Role(), po.MyNode().ID)
+			})
 		assert.NoError(t, po.Failure(), "%s %d", po.Role(), po.MyNode().ID)
 	}
 }
