@@ -368,13 +368,8 @@ func TestElasticDrainWithCtl(t *testing.T) {
 // worker's pushes. A standby server that joined before takes the copies
 // the dead server held.
 func TestReplicatedServerKilled(t *testing.T) {
-	port := porttest.Free(t)
 	signal := filepath.Join(t.TempDir(), "killed")
-	env := func(extra ...string) []string {
-		return append([]string{"DMLC_NUM_SERVER=3", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
-			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1", "PS_ELASTIC=1", "PS_REPLICAS=1",
-			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_CTL_ADDR=127.0.0.1:0", "PS_VERBOSE=1"}, extra...)
-	}
+	env := replicatedEnv(porttest.Free(t))
 	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
 	var srvs []*proc
 	for i := range 3 {
@@ -403,12 +398,5 @@ func TestReplicatedServerKilled(t *testing.T) {
 	kill9(t, srvs[1])
 	sched.waitFor(t, "coord: failover")
 	sched.waitFor(t, "[14]") // a backup list naming the standby
-	for _, w := range workers {
-		w.waitFor(t, "pushed 200 rounds after the failover")
-	}
-	require.NoError(t, os.WriteFile(signal, nil, 0o644))
-	for _, w := range workers {
-		w.waitFor(t, "replicated OK after")
-		require.Zero(t, w.exitCode(t), "%s:\n%s", w.name, w.output())
-	}
+	finishReplicated(t, signal, workers, sched, srvs[0], srvs[2], standby)
 }

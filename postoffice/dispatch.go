@@ -144,6 +144,8 @@ func (p *Postoffice) handleAsNode(m *message.Message) {
 		p.heardScheduler()
 	case scheduler.CmdNodeDead, scheduler.CmdNodeLeft:
 		p.nodeGoneNotice(m)
+	case scheduler.CmdFailedOver, scheduler.CmdStateLost:
+		p.failoverNotice(m)
 	default:
 		p.reject(fmt.Errorf("unknown control command %d from node %d", m.Meta.Control.Cmd, m.Meta.Sender))
 	}

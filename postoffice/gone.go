@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/scheduler"
@@ -31,6 +32,17 @@ type GoneNode struct {
 	// (is_recovery). A server's state stays lost: the new process holds
 	// none of it.
 	Replaced bool
+	// FailedOver is set, in a job with PS_REPLICAS, once the scheduler
+	// reported that every interval the dead server held failed over to a
+	// live copy: nothing was lost, and the job's results are complete.
+	FailedOver bool
+}
+
+// failover is the outcome of a dead server's failover, as the scheduler
+// reported it (ReportFailover, scheduler.CmdFailedOver / CmdStateLost).
+type failover struct {
+	nothingLost bool
+	detail      string
 }
 
 // ErrNodesLost is wrapped by Finalize's error (and Failure's) when the job
@@ -49,6 +61,10 @@ type goneTable struct {
 	subs    []func(NodeEvent)
 	queue   []goneItem
 	running bool // a goroutine delivers the queue
+	// failovers are the outcomes of dead servers' failovers (PS_REPLICAS),
+	// kept apart from nodes: the outcome may come before the death notice.
+	failovers map[int32]failover
+	changed   chan struct{} // closed and replaced on every death and outcome
 }
 
 // goneItem is an event for every subscriber, or a new subscriber to replay
@@ -126,6 +142,7 @@ func (p *Postoffice) nodeGone(g GoneNode) {
 	}
 	t.nodes[g.Node.ID] = &g
 	t.any.Store(true)
+	t.signal()
 	ev := NodeEvent{ID: g.Node.ID, Role: g.Node.Role, Dead: g.Dead}
 	t.history = append(t.history, ev)
 	t.push(p, goneItem{ev: ev})
@@ -160,16 +177,20 @@ func (p *Postoffice) Gone(id int32) (GoneNode, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if g, ok := t.nodes[id]; ok {
-		return *g, true
+		out := *g
+		out.FailedOver = g.Node.Role == message.RoleServer && t.failovers[id].nothingLost
+		return out, true
 	}
 	return GoneNode{}, false
 }
 
 // Failure returns nil, or an error wrapping ErrNodesLost that names every
 // node whose loss makes the job's results incomplete: each server that
-// died (its state is lost, even if a restarted process took its id), each
-// worker that died and was not replaced, and the scheduler if it stopped
-// answering. Nodes that left the job (drained) are no failure.
+// died (its state is lost, even if a restarted process took its id) unless
+// the scheduler reported that its failover lost nothing (PS_REPLICAS,
+// ReportFailover), each worker that died and was not replaced, and the
+// scheduler if it stopped answering. Nodes that left the job (drained) are
+// no failure.
 func (p *Postoffice) Failure() error {
 	t := &p.gone
 	if !t.any.Load() {
@@ -183,16 +204,137 @@ func (p *Postoffice) Failure() error {
 		if !g.Dead || g.Replaced && g.Node.Role != message.RoleServer {
 			continue
 		}
+		f, reported := t.failovers[id]
+		if g.Node.Role == message.RoleServer && f.nothingLost {
+			continue // failed over to live copies: nothing was lost
+		}
 		s := fmt.Sprintf("%s died (%s)", describe(g.Node), g.Reason)
-		if g.Node.Role == message.RoleServer {
+		switch {
+		case g.Node.Role != message.RoleServer:
+		case p.cfg.Replicas == 0:
 			s += fmt.Sprintf("; the values of its key range %s are lost", p.rangeOf(g.Node.ID))
+		case reported:
+			s += "; " + f.detail
+		default:
+			s += "; no failover of it was reported, so the values it held may be lost"
 		}
 		parts = append(parts, s)
 	}
 	if len(parts) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s; without replicas a server's state dies with it, so the job's results are incomplete: restart the job", ErrNodesLost, strings.Join(parts, "; "))
+	why := "without replicas a server's state dies with it, so "
+	if p.cfg.Replicas > 0 {
+		why = ""
+	}
+	return fmt.Errorf("%w: %s; %sthe job's results are incomplete: restart the job", ErrNodesLost, strings.Join(parts, "; "), why)
+}
+
+// ReportFailover records, on the scheduler, the outcome of dead server
+// id's failover (PS_REPLICAS) and tells every live server and worker
+// (scheduler.CmdFailedOver or CmdStateLost): nothingLost when every
+// interval it held failed over to a live copy, so that its death is no
+// loss of the job (Failure, Finalize); detail says what happened to its
+// intervals. The coordinator (elastic/coord) calls it after each failover.
+func (p *Postoffice) ReportFailover(id int32, nothingLost bool, detail string) error {
+	if p.driver == nil {
+		return errors.New("postoffice: only the scheduler reports failovers")
+	}
+	if p.cfg.Replicas == 0 {
+		return fmt.Errorf("postoffice: failover of server %d reported in a job without replicas (PS_REPLICAS=0): its state died with it", id)
+	}
+	p.failedOver(id, failover{nothingLost: nothingLost, detail: detail})
+	if p.driver.do(func(s *scheduler.State) scheduler.Actions { return s.Failover(id, nothingLost, detail) }) {
+		return nil
+	}
+	if p.isStopped() {
+		return ErrStopped
+	}
+	return errNoScheduler
+}
+
+// failedOver records the outcome of dead server id's failover.
+func (p *Postoffice) failedOver(id int32, f failover) {
+	t := &p.gone
+	t.mu.Lock()
+	if t.failovers == nil {
+		t.failovers = map[int32]failover{}
+	}
+	t.failovers[id] = f
+	t.signal()
+	t.mu.Unlock()
+	if f.nothingLost {
+		p.log.Info("a dead server failed over to live copies: nothing was lost", "node", id, "detail", f.detail)
+	} else {
+		p.log.Error("a dead server's failover lost values", "node", id, "detail", f.detail)
+	}
+}
+
+// failoverNotice handles the scheduler's scheduler.CmdFailedOver or
+// CmdStateLost on a server or worker.
+func (p *Postoffice) failoverNotice(m *message.Message) {
+	if m.Meta.Sender != message.SchedulerID || len(m.Meta.Control.Nodes) != 1 {
+		p.reject(fmt.Errorf("%s notice from node %d with %d nodes; only the scheduler (id 1) sends them, naming 1 node", m.Meta.Control.Cmd, m.Meta.Sender, len(m.Meta.Control.Nodes)))
+		return
+	}
+	p.failedOver(m.Meta.Control.Nodes[0].ID, failover{nothingLost: m.Meta.Control.Cmd == scheduler.CmdFailedOver, detail: string(m.Meta.Body)})
+}
+
+// signal wakes awaitFailovers; t.mu is held.
+func (t *goneTable) signal() {
+	if t.changed != nil {
+		close(t.changed)
+	}
+	t.changed = make(chan struct{})
+}
+
+// failoverWait bounds how long Finalize waits for the outcome of a dead
+// server's failover: the coordinator publishes the failover's routing
+// table first, waiting up to PublishWait (2 s) for each of the servers'
+// and the workers' acknowledgements.
+const failoverWait = 15 * time.Second
+
+// awaitFailovers waits, in a job with PS_REPLICAS, until the outcome of
+// every dead server's failover is known (a server that died near the end
+// of the job), so that Failure counts exactly the servers whose values
+// were lost; it gives up after wait, once the scheduler is lost, or when
+// the node stops.
+func (p *Postoffice) awaitFailovers(wait time.Duration) {
+	if p.cfg.Replicas == 0 {
+		return
+	}
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	t := &p.gone
+	for {
+		t.mu.Lock()
+		pending := false
+		for _, g := range t.nodes {
+			if _, ok := t.failovers[g.Node.ID]; ok || !g.Dead || g.Node.Role != message.RoleServer {
+				continue
+			}
+			pending = true
+		}
+		if sched, ok := t.nodes[message.SchedulerID]; ok && sched.Dead {
+			pending = false // nobody will report it
+		}
+		if t.changed == nil {
+			t.changed = make(chan struct{})
+		}
+		changed := t.changed
+		t.mu.Unlock()
+		if !pending {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			p.log.Warn("no failover outcome of a dead server reported in time; the job counts it as lost", "waited", wait)
+			return
+		case <-p.stopped:
+			return
+		}
+	}
 }
 
 // describe names a node for an error: role, id, rank and address.
@@ -229,6 +371,23 @@ func (p *Postoffice) nodeGoneNotice(m *message.Message) {
 		p.failBarriers(err)
 	}
 	p.nodeGone(GoneNode{Node: n, Dead: dead, Reason: string(m.Meta.Body)})
+}
+
+// retirePath drops this node's path to old, a node that had the address
+// of newcomer n, another id (a server restarted at a dead server's address
+// joins under a new id, see scheduler's rejoin): two processes cannot
+// listen on one address, so old is gone. Left in place, the transport's
+// connection to old would reconnect to n under this node's identity,
+// which the path to n's id uses too, and the two would take the identity
+// from each other (ZMQ's ROUTER hands it to the newer); an anonymous one
+// stays apart, and what still goes to old arrives as from an unknown
+// sender.
+func (p *Postoffice) retirePath(old int32, n message.Node) {
+	dead := n
+	dead.ID = old
+	if err := p.tr.Connect(dead, message.Empty); err != nil {
+		p.log.Warn("cannot retire the path to a node whose address a new one took", "old", old, "new", n.String(), "err", err)
+	}
 }
 
 // failBarriers makes every barrier of this node, waiting now or later,

@@ -92,7 +92,9 @@ func (p *Postoffice) startOnce() error {
 // Finalize is ps::Finalize: an optional barrier on all nodes, then, for
 // customer 0, the node stops. The barrier does not wait for dead nodes;
 // when the job lost any (see Failure), Finalize returns that error, so
-// that the process can exit non-zero.
+// that the process can exit non-zero. With PS_REPLICAS it first waits (up
+// to 15 s) for the outcome of each dead server's failover: a server whose
+// intervals all failed over to live copies is no loss.
 //
 // A standby server (scale-out) is in no barrier group: its final barrier
 // would return at once and the node would leave while it may hold keys, so
@@ -102,13 +104,14 @@ func (p *Postoffice) startOnce() error {
 func (p *Postoffice) Finalize(customerID int, barrier bool) error {
 	var err error
 	switch {
-	case barrier && p.cfg.Standby && p.isStarted():
+	case barrier && p.IsStandby() && p.isStarted():
 		<-p.stopped
 		err = ErrStopped
 	case barrier:
 		err = p.Barrier(customerID, message.AllGroup)
 	}
 	if customerID == 0 {
+		p.awaitFailovers(failoverWait)
 		p.Stop()
 	}
 	if p.Left() {

@@ -292,8 +292,9 @@ func (p *Postoffice) Members(group int) []int32 {
 }
 
 // IsStandby reports whether this node joined the running job as a standby
-// server.
-func (p *Postoffice) IsStandby() bool { return p.cfg.Standby }
+// server: with PS_STANDBY=1, or, in a job with PS_REPLICAS, as a server
+// that registered after the job started (a restarted one).
+func (p *Postoffice) IsStandby() bool { return p.cfg.Standby || p.MyNode().Standby }
 
 // Metrics is the node's metrics registry (served at PS_METRICS_ADDR).
 func (p *Postoffice) Metrics() *metrics.Registry { return p.reg }

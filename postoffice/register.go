@@ -41,23 +41,32 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		return
 	}
 	p.mu.Lock()
+	mine, found := message.Node{}, false
 	for _, n := range m.Meta.Control.Nodes {
-		if n.Hostname == p.myNode.Hostname && n.Port == p.myNode.Port {
-			if p.myNode.ID == message.Empty || n.IsRecovery {
-				p.myNode = n
-				p.myID.Store(n.ID)
-			}
+		// The last entry with this address: a server that joined as a
+		// standby at a dead server's address comes after that server.
+		if n.Hostname == p.myNode.Hostname && n.Port == p.myNode.Port && (p.myNode.ID == message.Empty || n.IsRecovery) {
+			mine, found = n, true
 		}
+	}
+	if found {
+		p.myNode = mine
+		p.myID.Store(mine.ID)
 	}
 	me := p.myNode
 	var recovered []message.Node
 	var toConnect []message.Node
+	retired := map[int32]message.Node{}
 	for _, n := range m.Meta.Control.Nodes {
 		if n.IsRecovery && n.ID != me.ID {
 			recovered = append(recovered, n)
 		}
 		a := addrOf(n)
-		if _, ok := p.connected[a]; !ok {
+		old, ok := p.connected[a]
+		if ok && old != n.ID {
+			retired[old] = n // a new id at a gone node's address
+		}
+		if !ok || old != n.ID {
 			p.connected[a] = n.ID
 			toConnect = append(toConnect, n)
 		}
@@ -65,6 +74,9 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 	p.mu.Unlock()
 	for _, n := range recovered {
 		p.nodeRecovered(n)
+	}
+	for old, n := range retired {
+		p.retirePath(old, n)
 	}
 	if me.ID == message.Empty {
 		p.reject(fmt.Errorf("ADD_NODE node list does not contain this node (%s:%d)", me.Hostname, me.Port))

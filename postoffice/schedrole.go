@@ -206,8 +206,12 @@ func (d *schedulerDriver) apply(a scheduler.Actions) {
 			continue
 		}
 		p.mu.Lock()
+		old, ok := p.connected[addrOf(n)]
 		p.connected[addrOf(n)] = n.ID
 		p.mu.Unlock()
+		if ok && old != n.ID {
+			p.retirePath(old, n)
+		}
 	}
 	for _, m := range a.Send {
 		if err := p.sendControl(m); err != nil {
@@ -225,7 +229,7 @@ func (p *Postoffice) startScheduler(me message.Node) error {
 	p.driver.start(scheduler.Config{
 		NumServers: p.cfg.NumServers, NumWorkers: p.cfg.NumWorkers,
 		Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, HeartbeatInterval: p.cfg.HeartbeatInterval,
-		Gossip: p.cfg.GossipPort > 0,
+		Gossip: p.cfg.GossipPort > 0, Replicas: p.cfg.Replicas,
 	}, p.startTime)
 	if err := p.startGossip(me); err != nil {
 		return err

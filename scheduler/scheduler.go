@@ -33,6 +33,10 @@ type Config struct {
 	// so restarted nodes may wait for a dead node to replace without
 	// heartbeats.
 	Gossip bool
+	// Replicas is the job's PS_REPLICAS. With replicas a server that
+	// registers after the job started (a restarted one included) joins as
+	// a standby instead of taking over a dead server's id (rejoin).
+	Replicas int
 }
 
 // Actions are what the caller must do after a Step, in this order: open
@@ -71,6 +75,17 @@ type Gone struct {
 const (
 	CmdNodeDead message.Command = 64
 	CmdNodeLeft message.Command = 65
+)
+
+// CmdFailedOver and CmdStateLost are elasticps control commands of jobs
+// with PS_REPLICAS: the scheduler tells every live node the outcome of a
+// dead server's failover (Failover). CmdFailedOver: every interval the
+// server held has a live copy, so nothing was lost; CmdStateLost: some
+// had none, their values are lost. Control.Nodes holds the dead server,
+// Meta.Body says what happened to its intervals.
+const (
+	CmdFailedOver message.Command = 66
+	CmdStateLost  message.Command = 67
 )
 
 // State is the scheduler's state.
@@ -280,7 +295,7 @@ func (s *State) complete(now time.Time, a *Actions) {
 // it only serves the keys the coordinator moves to it.
 func (s *State) join(now time.Time, node message.Node, a *Actions) {
 	for _, sb := range s.standbys {
-		if addrKey(sb) == addrKey(node) {
+		if addrKey(sb) == addrKey(node) && !s.isDead(sb.ID) && !s.left[sb.ID] {
 			return // a repeated registration
 		}
 	}
@@ -323,8 +338,12 @@ func (s *State) nodeList(recver int32, nodes []message.Node) *message.Message {
 }
 
 // recover handles a registration after the job is complete: the node takes
-// over the id of a dead node of the same role.
+// over the id of a dead node of the same role (but see rejoin).
 func (s *State) recover(now time.Time, node message.Node, a *Actions) {
+	if node.Role == message.RoleServer && s.cfg.Replicas > 0 {
+		s.rejoin(now, node, a)
+		return
+	}
 	dead := s.DeadNodes(now, s.cfg.HeartbeatTimeout)
 	deadSet := map[int32]bool{}
 	for _, id := range dead {
@@ -388,6 +407,25 @@ func (s *State) recover(now time.Time, node message.Node, a *Actions) {
 	for _, g := range s.lost {
 		a.Send = append(a.Send, goneNotice(node.ID, g))
 	}
+}
+
+// rejoin admits a server that registers after the job started, in a job
+// with replicas, as a standby (as if PS_STANDBY=1): it holds nothing at
+// first and takes new backup copies first (replica.Place). Taking over a
+// dead server's id would serve that server's intervals from an empty store;
+// the failover gave them to its backups instead. The same applies whether
+// the process came back at the dead server's address or at a new one, and
+// whether or not that server has been declared dead yet: two processes
+// cannot listen on one address, so the old one is gone, and it will be
+// declared dead by its silence; joining at once makes the standby a live
+// server by the time its predecessor's failover places new backups.
+func (s *State) rejoin(now time.Time, node message.Node, a *Actions) {
+	if id, ok := s.byAddr[addrKey(node)]; ok && !s.isDead(id) && !s.left[id] && slices.ContainsFunc(s.standbys, func(n message.Node) bool { return n.ID == id }) {
+		return // a repeated registration of a standby that joined
+	}
+	node.Standby = true
+	a.Events = append(a.Events, fmt.Sprintf("server %s registered after the job started: it joins as a standby (PS_REPLICAS=%d)", addrKey(node), s.cfg.Replicas))
+	s.join(now, node, a)
 }
 
 // declare records that node id is dead (reason: how it was found), tells
@@ -476,8 +514,38 @@ func (s *State) Dead(id int32) bool { return s.isDead(id) }
 func (s *State) isDead(id int32) bool { _, ok := s.dead[id]; return ok }
 
 // Lost lists the servers declared dead, in the order they died: their
-// key ranges' values are lost.
+// key ranges' values are lost (but for those Failover found a live copy
+// of everything for).
 func (s *State) Lost() []Gone { return slices.Clone(s.lost) }
+
+// Failover tells every live server and worker the outcome of dead server
+// id's failover (PS_REPLICAS; the coordinator computes it): nothingLost
+// when every interval it held has a live copy (CmdFailedOver; it leaves
+// Lost), else CmdStateLost. detail says what happened to its intervals.
+// A node never declared dead is refused.
+func (s *State) Failover(id int32, nothingLost bool, detail string) Actions {
+	var a Actions
+	g, ok := s.dead[id]
+	if !ok || g.Node.Role != message.RoleServer {
+		a.Errors = append(a.Errors, fmt.Errorf("failover of node %d: it is no server declared dead", id))
+		return a
+	}
+	cmd := CmdStateLost
+	if nothingLost {
+		cmd = CmdFailedOver
+		s.lost = slices.DeleteFunc(s.lost, func(l Gone) bool { return l.Node.ID == id })
+	}
+	a.Events = append(a.Events, fmt.Sprintf("server %d failed over (nothing lost: %t): %s", id, nothingLost, detail))
+	for _, to := range s.liveIDs() {
+		m := &message.Message{Meta: message.NewMeta()}
+		m.Meta.Recver = to
+		m.Meta.Control.Cmd = cmd
+		m.Meta.Control.Nodes = []message.Node{g.Node}
+		m.Meta.Body = []byte(detail)
+		a.Send = append(a.Send, m)
+	}
+	return a
+}
 
 // Barrier handles a BARRIER request from sender for group. When every member
 // has arrived, a response goes to each (non-alias) member.

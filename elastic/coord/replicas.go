@@ -73,7 +73,9 @@ func (c *Coordinator) serverGone(ev postoffice.NodeEvent) {
 // (onto a standby if one joined, else onto the remaining servers); the
 // primaries seed the new backups. It returns the intervals promoted and
 // those lost (no live backup: they stay on dead, and workers' requests for
-// them fail with kv.DeadServerError).
+// them fail with kv.DeadServerError). Once the table is published, every
+// node is told whether anything was lost (postoffice.ReportFailover): a
+// dead server that lost nothing does not fail the job's Finalize.
 func (c *Coordinator) Failover(dead int32) (promoted, lost []routing.Interval, err error) {
 	c.moveMu.Lock()
 	defer c.moveMu.Unlock()
@@ -92,7 +94,31 @@ func (c *Coordinator) Failover(dead int32) (promoted, lost []routing.Interval, e
 	err = c.publish(out)
 	c.log.Warn("coord: failover", "dead", dead, "promoted", len(promoted), "lost", len(lost), "epoch", out.Epoch,
 		"routes", describe(out), "took", time.Since(start), "err", err)
+	if err == nil {
+		// Every node learns whether the death lost anything: a server
+		// whose every interval has a live copy is no loss of the job.
+		nothingLost, detail := outcome(out.Epoch, promoted, lost)
+		if rerr := c.po.ReportFailover(dead, nothingLost, detail); rerr != nil {
+			c.log.Warn("coord: the failover's outcome was not reported", "dead", dead, "err", rerr)
+		}
+	}
 	return promoted, lost, err
+}
+
+// outcome says what a failover did to a dead server's intervals, for
+// postoffice.ReportFailover.
+func outcome(epoch uint64, promoted, lost []routing.Interval) (nothingLost bool, detail string) {
+	if len(lost) == 0 {
+		return true, fmt.Sprintf("failed over in routing epoch %d: each of the %d intervals it was the primary of went to a live backup; nothing was lost", epoch, len(promoted))
+	}
+	s := ""
+	for i, iv := range lost {
+		if i > 0 {
+			s += ", "
+		}
+		s += fmt.Sprintf("[%d, %d)", iv.Begin, iv.End)
+	}
+	return false, fmt.Sprintf("the values of its intervals %s are lost: none had a live backup (routing epoch %d)", s, epoch)
 }
 
 // live drops the nodes the job lost from ids, also those a restarted

@@ -139,6 +139,27 @@ func survivesAServerDeath(t *testing.T, k int) {
 	}
 	// k copies again: each interval has a live backup other than its owner
 	j.waitReplicated(t, 1, victim)
+	// nothing was lost: every live node knows, and the job finishes clean
+	for _, po := range j.All() {
+		if po == victim {
+			continue
+		}
+		testutil.WaitFor(t, 10*time.Second, func() bool { g, ok := po.Gone(dead); return ok && g.FailedOver },
+			func() string {
+				return fmt.Sprintf("%s %d was not told the failover lost nothing", po.Role(), po.MyNode().ID)
+			})
+		assert.NoError(t, po.Failure(), "%s %d", po.Role(), po.MyNode().ID)
+	}
+}
+
+// The outcome a failover reports: nothing lost, or the intervals lost.
+func TestFailoverOutcome(t *testing.T) {
+	ok, detail := outcome(3, []routing.Interval{{Begin: 0, End: 5, Node: 8}}, nil)
+	assert.True(t, ok)
+	assert.Equal(t, "failed over in routing epoch 3: each of the 1 intervals it was the primary of went to a live backup; nothing was lost", detail)
+	ok, detail = outcome(4, nil, []routing.Interval{{Begin: 0, End: 5, Node: 10}, {Begin: 9, End: 12, Node: 10}})
+	assert.False(t, ok)
+	assert.Equal(t, "the values of its intervals [0, 5), [9, 12) are lost: none had a live backup (routing epoch 4)", detail)
 }
 
 // A push re-sent with the timestamp of one applied before (as a worker
