@@ -64,11 +64,13 @@ type Config struct {
 	// jobs.
 	Local bool
 	// ProbeInterval is how often a member probes a random other member
-	// (default 1 s in both profiles). Failure detection takes roughly
-	// ProbeInterval + ProbeTimeout + SuspicionMult * ProbeInterval *
+	// (default 1 s in both profiles; FastProbeInterval in elasticps jobs).
+	// Failure detection takes up to one interval until a member probes the
+	// dead one, one more for the failed probe (its indirect probes wait
+	// until the interval ends), then SuspicionMult * ProbeInterval *
 	// max(1, log10(members)), and up to SuspicionMaxTimeoutMult (6) times
-	// the suspicion part while no other member confirms the suspicion.
-	// Lower it for faster detection at the cost of more probe traffic
+	// that suspicion while fewer than SuspicionMult-2 other members confirm
+	// it. Lower it for faster detection at the cost of more probe traffic
 	// (one UDP round trip per member per interval).
 	ProbeInterval time.Duration
 	// ProbeTimeout is how long a probe waits for an ack before asking
@@ -81,6 +83,25 @@ type Config struct {
 	// more often.
 	SuspicionMult int
 }
+
+// Fast failure detection: the timings elasticps jobs use (postoffice's
+// PS_GOSSIP_PROBE_INTERVAL, PS_GOSSIP_PROBE_TIMEOUT and
+// PS_GOSSIP_SUSPICION_MULT defaults). A member killed on a LAN or loopback
+// is reported failed in about 0.3 to 0.9 s: the first probe of it comes
+// within a FastProbeInterval, fails after one more (the indirect probes and
+// the TCP fallback get the whole interval), and the suspicion runs
+// FastSuspicionMult intervals (clusters under 10 members; memberlist scales
+// it by log10 of the size above). A member that is paused (GC, a signal) for
+// less than about 2 intervals plus the probe is only suspected: once it runs
+// again it hears the suspicion within a gossip interval and refutes it. With
+// a multiplier of 2 memberlist expects no confirmations from third members
+// (it wants SuspicionMult-2 of them), so a single failed probe and its
+// timeout decide: lower values than these trade false failures for speed.
+const (
+	FastProbeInterval = 200 * time.Millisecond
+	FastProbeTimeout  = 100 * time.Millisecond
+	FastSuspicionMult = 2
+)
 
 // DefaultConfig returns a Config with every default filled in, bound to
 // 0.0.0.0 on a free port with the LAN timings. NodeName is left empty

@@ -5,9 +5,10 @@
 // It complements ps-lite's heartbeats rather than replacing them: a
 // heartbeat timeout (PS_HEARTBEAT_TIMEOUT) is typically tens of seconds and
 // only the scheduler checks it, while memberlist members probe each other
-// every second, confirm suspicions through third parties, and tell the
-// scheduler within a few seconds that a server has failed (Fail) or left on
-// purpose (Leave). The scheduler feeds those events to its recovery and
+// (every second by default, every FastProbeInterval in elasticps jobs),
+// confirm suspicions through third parties, and tell the scheduler within
+// seconds (with the Fast timings, under one) that a server has failed
+// (Fail) or left on purpose (Leave). The scheduler feeds those events to its recovery and
 // rebalance logic.
 //
 // Each ps node runs one Member. The scheduler starts first with no Seeds on
