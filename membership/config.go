@@ -82,6 +82,16 @@ type Config struct {
 	// Lower detects faster but declares a paused process (GC, swap) dead
 	// more often.
 	SuspicionMult int
+	// Lifelines makes this member accept a TCP connection from every member
+	// that joins through it and probe a member whose connection breaks at
+	// once (see Suspect): a killed process is then reported failed within
+	// a few probe timeouts instead of memberlist's probe and suspicion.
+	// Set it on the seed (the scheduler). Every member holds a lifeline to
+	// each member that accepts them, whatever this setting.
+	Lifelines bool
+
+	// suspected, if set (tests), is called once each Suspect is decided.
+	suspected func(name string, failed bool)
 }
 
 // Fast failure detection: the timings elasticps jobs use (postoffice's

@@ -70,11 +70,13 @@ func startChild(t *testing.T, seed string) *exec.Cmd {
 }
 
 // TestKilledMemberFailsPausedDoesNot: with the timings of elasticps jobs, a
-// member process stopped (SIGSTOP) a few times for about as long as a long
-// GC pause is only suspected, never reported failed; killed with SIGKILL it
+// member process stopped (SIGSTOP) a few times for as long as a long GC
+// pause is only suspected, never reported failed; killed with SIGKILL it
 // is reported failed by every other member.
+//
+// It does not run in parallel: other members' load in this process (the
+// race detector's, on a shared machine) is not what it is about.
 func TestKilledMemberFailsPausedDoesNot(t *testing.T) {
-	t.Parallel()
 	sched, s1, s2 := cluster(t, jobTimings)
 	child := startChild(t, sched.m.Addr())
 	for _, n := range []node{sched, s1, s2} {
@@ -82,11 +84,11 @@ func TestKilledMemberFailsPausedDoesNot(t *testing.T) {
 			func() string { return fmt.Sprintf("%s saw no join of the member process:\n%s", n.m.Name(), n.rec) })
 	}
 
-	for range 5 {
+	for range 3 {
 		require.NoError(t, child.Process.Signal(syscall.SIGSTOP))
 		time.Sleep(pause) // the pause itself, not a wait for something
 		require.NoError(t, child.Process.Signal(syscall.SIGCONT))
-		time.Sleep(FastProbeInterval + pause)
+		time.Sleep(time.Second) // the member runs between pauses
 	}
 	// Suspicions raised during the last pause end by now: refuted, or
 	// (wrongly) a failure.
@@ -105,6 +107,6 @@ func TestKilledMemberFailsPausedDoesNot(t *testing.T) {
 }
 
 // pause is how long TestKilledMemberFailsPausedDoesNot stops the member
-// process: a long stop-the-world pause (Go's are well under a millisecond,
+// process: a long stop-the-world pause (Go's are well under a millisecond;
 // other runtimes' and an overloaded host's reach this).
-const pause = 150 * time.Millisecond
+const pause = 100 * time.Millisecond

@@ -49,6 +49,9 @@ func (p *Postoffice) startGossip(me message.Node) error {
 			cfg.BindAddr, cfg.AdvertiseAddr = "0.0.0.0", host
 		}
 		cfg.Events = p.onMembership
+		// A server killed closes its lifeline at once: probed then, it is
+		// known dead in a few probe timeouts.
+		cfg.Lifelines = true
 	} else {
 		cfg.BindAddr = host
 		cfg.Seeds = []string{net.JoinHostPort(p.cfg.SchedulerHost, strconv.Itoa(p.cfg.GossipPort))}
