@@ -85,7 +85,7 @@ type Config struct {
 	// Lifelines makes this member accept a TCP connection from every member
 	// that joins through it and probe a member whose connection breaks at
 	// once (see Suspect): a killed process is then reported failed within
-	// a few probe timeouts instead of memberlist's probe and suspicion.
+	// two probe intervals instead of memberlist's probe and suspicion.
 	// Set it on the seed (the scheduler). Every member holds a lifeline to
 	// each member that accepts them, whatever this setting.
 	Lifelines bool
@@ -97,20 +97,24 @@ type Config struct {
 // Fast failure detection: the timings elasticps jobs use (postoffice's
 // PS_GOSSIP_PROBE_INTERVAL, PS_GOSSIP_PROBE_TIMEOUT and
 // PS_GOSSIP_SUSPICION_MULT defaults). A member killed on a LAN or loopback
-// is reported failed in about 0.3 to 0.9 s: the first probe of it comes
+// is found through its lifeline (Config.Lifelines) in about
+// lifelineConfirm probe intervals, 0.4 s. Memberlist's probes alone, for
+// a dead host or a cut network, take about 1 s: the first probe of it comes
 // within a FastProbeInterval, fails after one more (the indirect probes and
 // the TCP fallback get the whole interval), and the suspicion runs
-// FastSuspicionMult intervals (clusters under 10 members; memberlist scales
-// it by log10 of the size above). A member that is paused (GC, a signal) for
-// less than about 2 intervals plus the probe is only suspected: once it runs
-// again it hears the suspicion within a gossip interval and refutes it. With
-// a multiplier of 2 memberlist expects no confirmations from third members
-// (it wants SuspicionMult-2 of them), so a single failed probe and its
-// timeout decide: lower values than these trade false failures for speed.
+// FastSuspicionMult intervals once a third member confirms it (up to 6
+// times that while none does; memberlist scales it by log10 of the size
+// from 10 members on). A member that is paused (GC, a signal, an overloaded
+// host) for less than about three intervals is only suspected: once it runs
+// again it hears the suspicion and refutes it. A multiplier of 2 would make
+// memberlist expect no confirmation (it wants SuspicionMult-2 of them): a
+// single member's failed probe would decide, and one member that stalls
+// for half a second would declare others dead, which happens on hosts
+// shared by many jobs.
 const (
 	FastProbeInterval = 200 * time.Millisecond
 	FastProbeTimeout  = 100 * time.Millisecond
-	FastSuspicionMult = 2
+	FastSuspicionMult = 3
 )
 
 // DefaultConfig returns a Config with every default filled in, bound to

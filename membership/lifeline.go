@@ -29,10 +29,13 @@ import (
 // suspectPings is the least number of direct probes, each waiting
 // ProbeTimeout, a suspected member gets before it is reported failed:
 // enough that a lost UDP packet does not make a death. The probes go on
-// for SuspicionMult probe intervals if that is longer (at most maxConfirm),
-// the time memberlist gives a suspected member to refute: a member paused
-// for less (GC, an overloaded host) answers one of them.
+// for lifelineConfirm probe intervals if that is longer (at most
+// maxConfirm). A live member's connection rarely breaks, and then it
+// answers; a process that is gone answers none.
 const suspectPings = 3
+
+// lifelineConfirm is how many probe intervals Suspect probes for.
+const lifelineConfirm = 2
 
 // maxConfirm bounds Suspect's probing where the probe interval is long
 // (seconds): a closed connection and no answer for this long is a death.
@@ -204,8 +207,8 @@ func (m *Member) holdDialed(addr string) {
 
 // Suspect is a hint that member name may have died (its connection
 // closed): this member probes it directly, one probe after the other, each
-// waiting the probe timeout, for SuspicionMult probe intervals (at least 3
-// probes, at most 2 s), and reports it failed (Fail) if it answered none, is still a
+// waiting the probe timeout, for 2 probe intervals (at least 3 probes, at
+// most 2 s), and reports it failed (Fail) if it answered none, is still a
 // member and has not announced a leave. A member that
 // answers is left alone. It returns at once; memberlist's own detection
 // goes on regardless, and a failure is reported once whichever finds it

@@ -150,7 +150,7 @@ func Start(cfg Config) (*Member, error) {
 		loopDone:     make(chan struct{}),
 		tcpTimeout:   mc.TCPTimeout,
 		probeTimeout: mc.ProbeTimeout,
-		confirm:      min(time.Duration(mc.SuspicionMult)*mc.ProbeInterval, maxConfirm),
+		confirm:      min(lifelineConfirm*mc.ProbeInterval, maxConfirm),
 		intents:      leaveIntents{until: map[string]time.Time{}},
 		table:        map[string]Info{},
 		reported:     map[string]bool{},

@@ -65,7 +65,7 @@ environment (ps-lite's names; * = required, default in brackets):
                          ms a probe waits for its answer [100]
   PS_GOSSIP_SUSPICION_MULT
                          probe intervals a suspected member has to refute
-                         the suspicion before it is dead [2]
+                         the suspicion before it is dead [3]
 The README's table lists every variable.
 `
 

@@ -58,8 +58,9 @@ type Result struct {
 	P50MS       float64      `json:"failover_p50_ms,omitempty"`
 	P99MS       float64      `json:"failover_p99_ms,omitempty"`
 	MaxMS       float64      `json:"failover_max_ms,omitempty"`
-	Stages      []Stage      `json:"stages,omitempty"`    // where the failover time goes
-	ByGossip    int          `json:"by_gossip,omitempty"` // kills memberlist declared (not the heartbeat timeout)
+	Stages      []Stage      `json:"stages,omitempty"`      // where the failover time goes
+	ByGossip    int          `json:"by_gossip,omitempty"`   // kills memberlist declared (not the heartbeat timeout)
+	ByLifeline  int          `json:"by_lifeline,omitempty"` // of those, found through the scheduler's lifeline
 	Throughput  []Throughput `json:"throughput,omitempty"`
 	Servers     int          `json:"servers"`
 	Heartbeat   string       `json:"heartbeat"`
@@ -95,6 +96,9 @@ func Run(ctx context.Context, o Config, out io.Writer) error {
 			ms = append(ms, float64(k.acked.Sub(k.at))/1e6)
 			if k.byGossip {
 				res.ByGossip++
+			}
+			if k.byLifeline {
+				res.ByLifeline++
 			}
 		}
 		res.FailoverMS, res.Stages = ms, summarize(kills)
@@ -134,7 +138,7 @@ func printTable(w io.Writer, r Result, o Config) {
 		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t\n\n", len(r.FailoverMS), cli.FormatNum(r.P50MS), cli.FormatNum(r.P99MS), cli.FormatNum(r.MaxMS))
 	}
 	if len(r.Stages) > 0 {
-		fmt.Fprintf(tw, "stages (%d of %d deaths declared by memberlist)\tstage\tp50 ms\tp99 ms\tmax ms\t\n", r.ByGossip, len(r.FailoverMS))
+		fmt.Fprintf(tw, "stages (deaths declared by memberlist: %d of %d, %d through a lifeline)\tstage\tp50 ms\tp99 ms\tmax ms\t\n", r.ByGossip, len(r.FailoverMS), r.ByLifeline)
 		for _, st := range r.Stages {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", st.What, st.Name, cli.FormatNum(st.P50MS), cli.FormatNum(st.P99MS), cli.FormatNum(st.MaxMS))
 		}
@@ -491,7 +495,7 @@ func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progr
 		}
 		readKill(&kl, victimID, sched.output(), outs)
 		kills = append(kills, kl)
-		prog.Finished(fmt.Sprintf("failover %d/%d: server %s killed, first acknowledged push after %s ms", k+1, o.Kills, victim.name, cli.FormatNum(float64(took)/1e6)))
+		prog.Finished(fmt.Sprintf("failover %d/%d: server %s killed, first acknowledged push after %s ms (%s)", k+1, o.Kills, victim.name, cli.FormatNum(float64(took)/1e6), kl.describe()))
 	}
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		return nil, err

@@ -2,10 +2,12 @@ package failover
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/cli"
 	"github.com/elasticps/elasticps/internal/stats"
 )
 
@@ -27,9 +29,32 @@ var (
 		"SIGKILL to the scheduler declaring the server dead",
 		"declared dead to the failover table acknowledged by every node",
 		"table acknowledged to the worker's first acknowledged push",
-		"table acknowledged to the last new backup seeded",
+		"declared dead to the last new backup seeded",
 	}
 )
+
+// deadAddrRE finds the ps address in the scheduler's "is dead" line.
+var deadAddrRE = regexp.MustCompile(`node server\[id=\d+, ([^\]]+)\] is dead`)
+
+// describe is one kill's stages for a progress line.
+func (k kill) describe() string {
+	if !k.complete {
+		return "stages not in the logs"
+	}
+	how := "memberlist's probes"
+	switch {
+	case k.byLifeline:
+		how = "lifeline"
+	case !k.byGossip:
+		how = "heartbeats"
+	}
+	st := k.stages()
+	var parts []string
+	for i, name := range stageNames {
+		parts = append(parts, fmt.Sprintf("%s %s", name, cli.FormatNum(st[i])))
+	}
+	return fmt.Sprintf("%s ms; found by %s", strings.Join(parts, ", "), how)
+}
 
 // kill is what the logs say about one kill.
 type kill struct {
@@ -37,12 +62,13 @@ type kill struct {
 	declared, table    time.Time // the scheduler's lines
 	acked, seeded      time.Time // the worker's acknowledgement, the last seeding
 	byGossip, complete bool
+	byLifeline         bool // the scheduler's member found it through its lifeline
 }
 
 // stages are the durations of k's stages, in stageNames order, in ms.
 func (k kill) stages() []float64 {
 	ms := func(a, b time.Time) float64 { return float64(b.Sub(a)) / 1e6 }
-	return []float64{ms(k.at, k.declared), ms(k.declared, k.table), ms(k.table, k.acked), ms(k.table, k.seeded)}
+	return []float64{ms(k.at, k.declared), ms(k.declared, k.table), ms(k.table, k.acked), ms(k.declared, k.seeded)}
 }
 
 // summarize gives each stage's p50, p99 and max over kills.
@@ -128,5 +154,8 @@ func readKill(k *kill, id int, sched string, servers []string) {
 	}
 	k.declared, k.table, k.seeded = declared, table, seeded
 	k.byGossip = strings.Contains(line, "gossip")
+	if m := deadAddrRE.FindStringSubmatch(line); m != nil {
+		_, _, k.byLifeline = firstLine(sched, k.at, "member failed: its connection closed", "peer=server-"+m[1]+" ")
+	}
 	k.complete = !seeded.IsZero()
 }

@@ -10,6 +10,7 @@ import (
 
 const (
 	schedLog = `time=2026-12-02T02:33:04.100Z level=INFO msg="node server[id=8, 127.0.0.1:32783] is dead: membership gossip: its probes failed" role=scheduler
+time=2026-12-02T02:33:04.341Z level=WARN msg="member failed: its connection closed and it answered no probe" role=scheduler peer=server-127.0.0.1:43433 for=400ms
 time=2026-12-02T02:33:04.341Z level=INFO msg="node server[id=10, 127.0.0.1:43433] is dead: membership gossip: its probes failed" role=scheduler
 time=2026-12-02T02:33:04.350Z level=WARN msg="coord: failover" role=scheduler dead=8 promoted=1 lost=0 epoch=2 routes="" took=1ms err=<nil>
 time=2026-12-02T02:33:04.356Z level=WARN msg="coord: failover" role=scheduler dead=10 promoted=1 lost=0 epoch=3 routes="" took=13ms err=<nil>
@@ -27,8 +28,10 @@ func TestStagesOfAKill(t *testing.T) {
 	readKill(&k, 10, schedLog, []string{serverLog, "no seeding here\n"})
 	require.True(t, k.complete)
 	assert.True(t, k.byGossip)
+	assert.True(t, k.byLifeline)
 	// 04.0405 -> declared 04.341 -> table 04.356 -> acked 04.3585; seeded 04.360
-	assert.Equal(t, []float64{300.5, 15, 2.5, 4}, k.stages())
+	assert.Equal(t, []float64{300.5, 15, 2.5, 19}, k.stages())
+	assert.Equal(t, "detect 300, table 15.0, resend 2.50, reseed 19.0 ms; found by lifeline", k.describe())
 
 	s := summarize([]kill{k, {}})
 	require.Len(t, s, len(stageNames), "an incomplete kill is left out")
@@ -37,6 +40,7 @@ func TestStagesOfAKill(t *testing.T) {
 	missing := kill{at: at}
 	readKill(&missing, 12, schedLog, []string{serverLog})
 	assert.False(t, missing.complete, "no death of server 12 in the log")
+	assert.Equal(t, "stages not in the logs", missing.describe())
 	_, ok := logTime("ELASTICPS_FAILOVER_GAP 1 2")
 	assert.False(t, ok)
 }
