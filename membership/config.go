@@ -64,11 +64,13 @@ type Config struct {
 	// jobs.
 	Local bool
 	// ProbeInterval is how often a member probes a random other member
-	// (default 1 s in both profiles). Failure detection takes roughly
-	// ProbeInterval + ProbeTimeout + SuspicionMult * ProbeInterval *
+	// (default 1 s in both profiles; FastProbeInterval in elasticps jobs).
+	// Failure detection takes up to one interval until a member probes the
+	// dead one, one more for the failed probe (its indirect probes wait
+	// until the interval ends), then SuspicionMult * ProbeInterval *
 	// max(1, log10(members)), and up to SuspicionMaxTimeoutMult (6) times
-	// the suspicion part while no other member confirms the suspicion.
-	// Lower it for faster detection at the cost of more probe traffic
+	// that suspicion while fewer than SuspicionMult-2 other members confirm
+	// it. Lower it for faster detection at the cost of more probe traffic
 	// (one UDP round trip per member per interval).
 	ProbeInterval time.Duration
 	// ProbeTimeout is how long a probe waits for an ack before asking
@@ -80,7 +82,40 @@ type Config struct {
 	// Lower detects faster but declares a paused process (GC, swap) dead
 	// more often.
 	SuspicionMult int
+	// Lifelines makes this member accept a TCP connection from every member
+	// that joins through it and probe a member whose connection breaks at
+	// once (see Suspect): a killed process is then reported failed within
+	// two probe intervals instead of memberlist's probe and suspicion.
+	// Set it on the seed (the scheduler). Every member holds a lifeline to
+	// each member that accepts them, whatever this setting.
+	Lifelines bool
+
+	// suspected, if set (tests), is called once each Suspect is decided.
+	suspected func(name string, failed bool)
 }
+
+// Fast failure detection: the timings elasticps jobs use (postoffice's
+// PS_GOSSIP_PROBE_INTERVAL, PS_GOSSIP_PROBE_TIMEOUT and
+// PS_GOSSIP_SUSPICION_MULT defaults). A member killed on a LAN or loopback
+// is found through its lifeline (Config.Lifelines) in about
+// lifelineConfirm probe intervals, 0.4 s. Memberlist's probes alone, for
+// a dead host or a cut network, take about 1 s: the first probe of it comes
+// within a FastProbeInterval, fails after one more (the indirect probes and
+// the TCP fallback get the whole interval), and the suspicion runs
+// FastSuspicionMult intervals once a third member confirms it (up to 6
+// times that while none does; memberlist scales it by log10 of the size
+// from 10 members on). A member that is paused (GC, a signal, an overloaded
+// host) for less than about three intervals is only suspected: once it runs
+// again it hears the suspicion and refutes it. A multiplier of 2 would make
+// memberlist expect no confirmation (it wants SuspicionMult-2 of them): a
+// single member's failed probe would decide, and one member that stalls
+// for half a second would declare others dead, which happens on hosts
+// shared by many jobs.
+const (
+	FastProbeInterval = 200 * time.Millisecond
+	FastProbeTimeout  = 100 * time.Millisecond
+	FastSuspicionMult = 3
+)
 
 // DefaultConfig returns a Config with every default filled in, bound to
 // 0.0.0.0 on a free port with the LAN timings. NodeName is left empty

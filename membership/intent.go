@@ -49,6 +49,14 @@ func (l *leaveIntents) add(name string, until time.Time) {
 	l.until[name] = until
 }
 
+// has reports whether name announced a leave that is still valid at now.
+func (l *leaveIntents) has(name string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	until, ok := l.until[name]
+	return ok && !now.After(until)
+}
+
 // take reports whether name announced a leave that is still valid at now,
 // and forgets it (a member leaves once; a rejoin starts afresh). Expired
 // intents are dropped on the way, so the map stays as small as the number

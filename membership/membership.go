@@ -5,9 +5,10 @@
 // It complements ps-lite's heartbeats rather than replacing them: a
 // heartbeat timeout (PS_HEARTBEAT_TIMEOUT) is typically tens of seconds and
 // only the scheduler checks it, while memberlist members probe each other
-// every second, confirm suspicions through third parties, and tell the
-// scheduler within a few seconds that a server has failed (Fail) or left on
-// purpose (Leave). The scheduler feeds those events to its recovery and
+// (every second by default, every FastProbeInterval in elasticps jobs),
+// confirm suspicions through third parties, and tell the scheduler within
+// seconds (with the Fast timings, under one) that a server has failed
+// (Fail) or left on purpose (Leave). The scheduler feeds those events to its recovery and
 // rebalance logic.
 //
 // Each ps node runs one Member. The scheduler starts first with no Seeds on
@@ -23,6 +24,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -108,9 +110,17 @@ type Member struct {
 	tableMu sync.Mutex
 	table   map[string]Info
 
-	tcpTimeout time.Duration // memberlist's stream timeout, bounds intent waits
-	intents    leaveIntents  // peers that announced they are leaving
-	acks       ackWait       // this member's own announcement, while leaving
+	tcpTimeout   time.Duration // memberlist's stream timeout, bounds intent waits
+	probeTimeout time.Duration
+	confirm      time.Duration // how long Suspect probes
+	lines        lifelines
+	// reported are the members Suspect reported failed before memberlist
+	// did; memberlist's own report of them is not repeated. Guarded by
+	// tableMu.
+	reported  map[string]bool
+	suspected func(name string, failed bool) // Config.suspected
+	intents   leaveIntents                   // peers that announced they are leaving
+	acks      ackWait                        // this member's own announcement, while leaving
 
 	// bg counts goroutines that send leave intents and acks, so that
 	// Shutdown can wait for them; bgClosed (under bgMu) stops new ones once
@@ -134,13 +144,18 @@ func Start(cfg Config) (*Member, error) {
 	}
 	lg = lg.With("member", cfg.NodeName)
 	m := &Member{
-		name:       cfg.NodeName,
-		log:        lg,
-		events:     cfg.Events,
-		loopDone:   make(chan struct{}),
-		tcpTimeout: mc.TCPTimeout,
-		intents:    leaveIntents{until: map[string]time.Time{}},
-		table:      map[string]Info{},
+		name:         cfg.NodeName,
+		log:          lg,
+		events:       cfg.Events,
+		loopDone:     make(chan struct{}),
+		tcpTimeout:   mc.TCPTimeout,
+		probeTimeout: mc.ProbeTimeout,
+		confirm:      min(lifelineConfirm*mc.ProbeInterval, maxConfirm),
+		intents:      leaveIntents{until: map[string]time.Time{}},
+		table:        map[string]Info{},
+		reported:     map[string]bool{},
+		suspected:    cfg.suspected,
+		lines:        lifelines{conns: map[net.Conn]string{}, dialed: map[string]bool{}},
 	}
 	m.qcond = sync.NewCond(&m.qmu)
 	meta := slices.Clone(cfg.Meta)
@@ -150,8 +165,16 @@ func Start(cfg Config) (*Member, error) {
 	mc.Events = h
 	mc.Logger = log.New(&logWriter{log: lg.With("component", "memberlist")}, "", 0)
 
+	if cfg.Lifelines {
+		if err := m.listenLifelines(mc.BindAddr); err != nil {
+			m.closeQueue()
+			close(m.loopDone)
+			return nil, err
+		}
+	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		m.lines.close()
 		m.closeQueue()
 		close(m.loopDone)
 		return nil, fmt.Errorf("membership: %s cannot start gossip on %s:%d: %w", cfg.NodeName, mc.BindAddr, cfg.BindPort, err)
@@ -168,6 +191,14 @@ func Start(cfg Config) (*Member, error) {
 	// sees a Member without its memberlist; memberlist's notification of
 	// our own Join is queued and delivered first.
 	go m.eventLoop()
+	if ln := m.lines.ln; ln != nil {
+		host, _, _ := net.SplitHostPort(m.addr)
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		m.lines.mu.Lock()
+		m.lines.offer = net.JoinHostPort(host, port)
+		m.lines.mu.Unlock()
+		m.goBackground(m.acceptLifelines)
+	}
 
 	if len(cfg.Seeds) > 0 {
 		n, err := ml.Join(cfg.Seeds)
@@ -206,17 +237,25 @@ func (m *Member) Members() []Info {
 }
 
 // track updates the member table from a memberlist callback, which holds
-// memberlist's node lock, so n is safe to read here.
-func (m *Member) track(k Kind, n *memberlist.Node) Info {
+// memberlist's node lock, so n is safe to read here. It reports false for
+// a departure Suspect reported already.
+func (m *Member) track(k Kind, n *memberlist.Node) (Info, bool) {
 	i := Info{Name: n.Name, Addr: n.Address(), Meta: slices.Clone(n.Meta)}
 	m.tableMu.Lock()
 	defer m.tableMu.Unlock()
 	if k == Join || k == Update {
+		if k == Join {
+			delete(m.reported, n.Name) // a new life
+		}
 		m.table[n.Name] = i
-	} else {
-		delete(m.table, n.Name)
+		return i, true
 	}
-	return i
+	delete(m.table, n.Name)
+	if m.reported[n.Name] {
+		delete(m.reported, n.Name)
+		return i, false
+	}
+	return i, true
 }
 
 // SetMeta replaces this member's Meta and gossips it (others see Update).
@@ -302,6 +341,7 @@ func (m *Member) Shutdown() error {
 	m.bgMu.Lock()
 	m.bgClosed = true
 	m.bgMu.Unlock()
+	m.lines.close() // unblocks the lifeline goroutines
 	m.bg.Wait()
 	m.closeQueue()
 	<-m.loopDone
@@ -315,12 +355,19 @@ func (m *Member) Shutdown() error {
 // loop; it never blocks, because it runs inside memberlist with
 // memberlist's node lock held.
 func (m *Member) enqueue(k Kind, n *memberlist.Node) {
-	i := m.track(k, n)
-	if m.events == nil {
+	i, report := m.track(k, n)
+	if !report {
 		return
 	}
 	// The table keeps its own copy of Meta; the event owns this one.
-	e := Event{Kind: k, Name: i.Name, Addr: i.Addr, Meta: slices.Clone(i.Meta)}
+	m.queueEvent(Event{Kind: k, Name: i.Name, Addr: i.Addr, Meta: slices.Clone(i.Meta)})
+}
+
+// queueEvent hands e to the event loop; it never blocks.
+func (m *Member) queueEvent(e Event) {
+	if m.events == nil {
+		return
+	}
 	m.qmu.Lock()
 	defer m.qmu.Unlock()
 	if m.qclosed {
@@ -383,11 +430,12 @@ func (h *hooks) NodeMeta(limit int) []byte {
 // NotifyMsg receives user messages: leave intents and their acks.
 func (h *hooks) NotifyMsg(b []byte) { h.m.handleMsg(b) }
 
-// GetBroadcasts, LocalState and MergeRemoteState carry application state
-// over gossip, which membership does not need.
+// GetBroadcasts carries application gossip, which membership does not
+// need; LocalState and MergeRemoteState (push/pull, also on join) carry
+// the lifeline offer.
 func (h *hooks) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (h *hooks) LocalState(join bool) []byte                { return nil }
-func (h *hooks) MergeRemoteState(buf []byte, join bool)     {}
+func (h *hooks) LocalState(join bool) []byte                { return h.m.lines.localState() }
+func (h *hooks) MergeRemoteState(buf []byte, join bool)     { h.m.mergeState(buf) }
 
 // NotifyJoin is called by memberlist with its node lock held.
 func (h *hooks) NotifyJoin(n *memberlist.Node) { h.m.enqueue(Join, n) }

@@ -78,6 +78,15 @@ type Config struct {
 	// off). The scheduler and the servers gossip, so a server that dies is
 	// known dead within seconds, without heartbeats.
 	GossipPort int
+	// GossipProbeInterval, GossipProbeTimeout and GossipSuspicionMult tune
+	// memberlist's failure detection (PS_GOSSIP_PROBE_INTERVAL and
+	// PS_GOSSIP_PROBE_TIMEOUT in ms, PS_GOSSIP_SUSPICION_MULT); zero keeps
+	// membership's Fast timings (200 ms, 100 ms, 3: with the scheduler's
+	// lifelines a killed server is known dead in about 0.4 s, by the
+	// probes alone in about 1 s). See docs/fault-tolerance.md.
+	GossipProbeInterval time.Duration
+	GossipProbeTimeout  time.Duration
+	GossipSuspicionMult int
 	// MetricsAddr serves Prometheus metrics at http://MetricsAddr/metrics
 	// (PS_METRICS_ADDR, e.g. 127.0.0.1:9100 or :0); empty = not served.
 	MetricsAddr string
@@ -315,6 +324,9 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		gossipDefault = c.SchedulerPort + 2
 	}
 	if c.GossipPort, err = optionalInt(get, "PS_GOSSIP_PORT", gossipDefault, 0, "the scheduler's gossip port, 1-65535 (0 = no membership gossip)"); err != nil {
+		return c, err
+	}
+	if err := gossipFromEnv(get, &c); err != nil {
 		return c, err
 	}
 	standby, err := optionalInt(get, "PS_STANDBY", 0, 0, "0 or 1")

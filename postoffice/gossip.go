@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"strconv"
@@ -32,6 +33,11 @@ func (p *Postoffice) startGossip(me message.Node) error {
 		Logger:       p.log,
 		Meta:         meta,
 		Local:        isLoopback(me.Hostname),
+		// Fast unless set: the heartbeat timeout must not be what declares
+		// a death (seconds), memberlist should.
+		ProbeInterval: cmp.Or(p.cfg.GossipProbeInterval, membership.FastProbeInterval),
+		ProbeTimeout:  cmp.Or(p.cfg.GossipProbeTimeout, membership.FastProbeTimeout),
+		SuspicionMult: cmp.Or(p.cfg.GossipSuspicionMult, membership.FastSuspicionMult),
 	}
 	host := me.Hostname
 	if ips, err := net.LookupIP(host); err == nil && len(ips) > 0 {
@@ -43,6 +49,9 @@ func (p *Postoffice) startGossip(me message.Node) error {
 			cfg.BindAddr, cfg.AdvertiseAddr = "0.0.0.0", host
 		}
 		cfg.Events = p.onMembership
+		// A server killed closes its lifeline at once: probed then, it is
+		// known dead in a few probe timeouts.
+		cfg.Lifelines = true
 	} else {
 		cfg.BindAddr = host
 		cfg.Seeds = []string{net.JoinHostPort(p.cfg.SchedulerHost, strconv.Itoa(p.cfg.GossipPort))}
@@ -71,4 +80,34 @@ func (p *Postoffice) stopGossip() {
 func isLoopback(host string) bool {
 	ip := net.ParseIP(host)
 	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// gossipFromEnv reads memberlist's failure-detection timings into c. It
+// checks them on every node, so that a typo stops the job at once.
+func gossipFromEnv(get func(string) string, c *Config) error {
+	const ms = time.Millisecond
+	interval, err := optionalInt(get, "PS_GOSSIP_PROBE_INTERVAL", int(membership.FastProbeInterval/ms), 2,
+		fmt.Sprintf("milliseconds >= 2 between a member's probes (default %d)", membership.FastProbeInterval/ms))
+	if err != nil {
+		return err
+	}
+	// Unset, the timeout follows a shorter interval down.
+	timeout, err := optionalInt(get, "PS_GOSSIP_PROBE_TIMEOUT", min(int(membership.FastProbeTimeout/ms), interval/2), 1,
+		fmt.Sprintf("milliseconds >= 1 a probe waits for its answer, less than PS_GOSSIP_PROBE_INTERVAL (default %d, or half the interval if that is less)", membership.FastProbeTimeout/ms))
+	if err != nil {
+		return err
+	}
+	if timeout >= interval {
+		return &EnvError{Var: "PS_GOSSIP_PROBE_TIMEOUT", Value: get("PS_GOSSIP_PROBE_TIMEOUT"),
+			Want: fmt.Sprintf("fewer milliseconds than PS_GOSSIP_PROBE_INTERVAL=%d (a probe ends within its interval)", interval)}
+	}
+	mult, err := optionalInt(get, "PS_GOSSIP_SUSPICION_MULT", membership.FastSuspicionMult, 1,
+		fmt.Sprintf("an integer >= 1: probe intervals a suspected member has to refute the suspicion (default %d)", membership.FastSuspicionMult))
+	if err != nil {
+		return err
+	}
+	c.GossipProbeInterval = time.Duration(interval) * ms
+	c.GossipProbeTimeout = time.Duration(timeout) * ms
+	c.GossipSuspicionMult = mult
+	return nil
 }

@@ -59,6 +59,13 @@ environment (ps-lite's names; * = required, default in brackets):
   PS_SNAPSHOT_INTERVAL   seconds between a server's snapshots [60]
   PS_GOSSIP_PORT         the scheduler's failure-detection port
                          [DMLC_PS_ROOT_PORT+2 if elastic, else off]
+  PS_GOSSIP_PROBE_INTERVAL
+                         ms between a member's probes of another [200]
+  PS_GOSSIP_PROBE_TIMEOUT
+                         ms a probe waits for its answer [100]
+  PS_GOSSIP_SUSPICION_MULT
+                         probe intervals a suspected member has to refute
+                         the suspicion before it is dead [3]
 The README's table lists every variable.
 `
 

@@ -58,6 +58,9 @@ type Result struct {
 	P50MS       float64      `json:"failover_p50_ms,omitempty"`
 	P99MS       float64      `json:"failover_p99_ms,omitempty"`
 	MaxMS       float64      `json:"failover_max_ms,omitempty"`
+	Stages      []Stage      `json:"stages,omitempty"`      // where the failover time goes
+	ByGossip    int          `json:"by_gossip,omitempty"`   // kills memberlist declared (not the heartbeat timeout)
+	ByLifeline  int          `json:"by_lifeline,omitempty"` // of those, found through the scheduler's lifeline
 	Throughput  []Throughput `json:"throughput,omitempty"`
 	Servers     int          `json:"servers"`
 	Heartbeat   string       `json:"heartbeat"`
@@ -84,11 +87,21 @@ func Run(ctx context.Context, o Config, out io.Writer) error {
 	res := Result{Kills: o.Kills, Servers: servers, Heartbeat: "1 s / 2 s", GossipPorts: true}
 	prog := cli.NewProgress(os.Stderr)
 	if o.Kills > 0 {
-		ms, err := measureFailovers(ctx, exe, o, prog)
+		kills, err := measureFailovers(ctx, exe, o, prog)
 		if err != nil {
 			return err
 		}
-		res.FailoverMS = ms
+		var ms []float64
+		for _, k := range kills {
+			ms = append(ms, float64(k.acked.Sub(k.at))/1e6)
+			if k.byGossip {
+				res.ByGossip++
+			}
+			if k.byLifeline {
+				res.ByLifeline++
+			}
+		}
+		res.FailoverMS, res.Stages = ms, summarize(kills)
 		sorted := slices.Sorted(slices.Values(ms))
 		res.P50MS, res.P99MS = stats.Quantile(sorted, 0.5), stats.Quantile(sorted, 0.99)
 		res.MaxMS = sorted[len(sorted)-1]
@@ -123,6 +136,13 @@ func printTable(w io.Writer, r Result, o Config) {
 	if len(r.FailoverMS) > 0 {
 		fmt.Fprintf(tw, "failover (SIGKILL to first acknowledged push), k=1\tkills\tp50 ms\tp99 ms\tmax ms\t\n")
 		fmt.Fprintf(tw, "\t%d\t%s\t%s\t%s\t\n\n", len(r.FailoverMS), cli.FormatNum(r.P50MS), cli.FormatNum(r.P99MS), cli.FormatNum(r.MaxMS))
+	}
+	if len(r.Stages) > 0 {
+		fmt.Fprintf(tw, "stages (deaths declared by memberlist: %d of %d, %d through a lifeline)\tstage\tp50 ms\tp99 ms\tmax ms\t\n", r.ByGossip, len(r.FailoverMS), r.ByLifeline)
+		for _, st := range r.Stages {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", st.What, st.Name, cli.FormatNum(st.P50MS), cli.FormatNum(st.P99MS), cli.FormatNum(st.MaxMS))
+		}
+		fmt.Fprintln(tw)
 	}
 	if len(r.Throughput) > 0 {
 		fmt.Fprintf(tw, "push throughput (1 worker, depth %d, %v per cell)\tsize\tk\tMB/s\tvs k=0\t\n", o.Depth, o.Duration)
@@ -365,7 +385,7 @@ func lastLine(s, text string) string {
 // measureFailovers kills a server holding copies o.Kills times, a standby
 // started before each kill, and returns each kill's time to the worker's
 // first acknowledged push after it.
-func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progress) ([]float64, error) {
+func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progress) ([]kill, error) {
 	stop := filepath.Join(os.TempDir(), fmt.Sprintf("elasticps-failover-%d", os.Getpid()))
 	_ = os.Remove(stop)
 	defer os.Remove(stop)
@@ -374,7 +394,7 @@ func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progr
 		return nil, fmt.Errorf("bench failover: %w", err)
 	}
 	defer j.stop()
-	fail := func(err error) ([]float64, error) {
+	fail := func(err error) ([]kill, error) {
 		return nil, fmt.Errorf("%w; the nodes' logs are in %s", err, j.saveLogs())
 	}
 	byID := map[int]*node{}
@@ -409,7 +429,7 @@ func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progr
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0))
 	routes := lastLine(sched.output(), "coord: backups placed")
-	var ms []float64
+	var kills []kill
 	for k := range o.Kills {
 		sb, err := j.start(fmt.Sprintf("standby%d", k), []string{"DMLC_ROLE=server", "PS_STANDBY=1"}, "server")
 		if err != nil {
@@ -436,18 +456,18 @@ func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progr
 			return fail(err)
 		}
 		<-victim.done
-		var took time.Duration
-		for took == 0 {
+		kl := kill{at: killed}
+		for kl.acked.IsZero() {
 			l, err := j.line(ctx, gapTag, time.Minute)
 			if err != nil {
 				return fail(err)
 			}
 			var from, to int64
 			if _, err := fmt.Sscanf(l, "%d %d", &from, &to); err == nil && to > killed.UnixNano() {
-				took = time.Duration(to - killed.UnixNano())
+				kl.acked = time.Unix(0, to)
 			}
 		}
-		ms = append(ms, float64(took)/1e6)
+		took := kl.acked.Sub(killed)
 		if err := waitFor(ctx, time.Minute, "the failover", func() bool { return strings.Count(sched.output(), "coord: failover") > failovers }); err != nil {
 			return fail(err)
 		}
@@ -467,13 +487,20 @@ func measureFailovers(ctx context.Context, exe string, o Config, prog *cli.Progr
 		if err := waitFor(ctx, time.Minute, "the re-replication", func() bool { return seeded() >= seededBefore+fresh }); err != nil {
 			return fail(err)
 		}
-		delete(byID, idOf(byID, victim))
-		prog.Finished(fmt.Sprintf("failover %d/%d: server %s killed, first acknowledged push after %s ms", k+1, o.Kills, victim.name, cli.FormatNum(float64(took)/1e6)))
+		victimID := idOf(byID, victim)
+		delete(byID, victimID)
+		var outs []string
+		for _, s := range byID {
+			outs = append(outs, s.output())
+		}
+		readKill(&kl, victimID, sched.output(), outs)
+		kills = append(kills, kl)
+		prog.Finished(fmt.Sprintf("failover %d/%d: server %s killed, first acknowledged push after %s ms (%s)", k+1, o.Kills, victim.name, cli.FormatNum(float64(took)/1e6), kl.describe()))
 	}
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		return nil, err
 	}
-	return ms, nil
+	return kills, nil
 }
 
 func idOf(m map[int]*node, n *node) int {
