@@ -219,11 +219,15 @@ func printStatus(w io.Writer, st coord.Status) {
 		if s.Standby {
 			name += " (standby)"
 		}
+		addr := s.Address
+		if addr == "" {
+			addr = "-" // not registered yet
+		}
 		handling := "-"
 		if s.HandlingUs > 0 {
 			handling = fmt.Sprintf("%.0fus", s.HandlingUs)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%.0f%%\t%.0f\t%s\t%s\n", name, s.Rank, s.Address, s.Health,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%.0f%%\t%.0f\t%s\t%s\n", name, s.Rank, addr, s.Health,
 			s.Intervals, s.Blocks, humanBytes(float64(s.Bytes)), 100*s.Busy, s.RequestsPerSec, humanBytes(s.BytesPerSec), handling)
 	}
 	tw.Flush()

@@ -292,11 +292,16 @@ func (b *Balancer) held(routes *routing.Routes) (blocks map[int32]int, bytes map
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for begin, bs := range b.blocks {
-		if i := routes.Find(begin); i >= 0 {
-			id := routes.Intervals[i].Node
-			blocks[id]++
-			bytes[id] += bs.bytes
+		i := routes.Find(begin)
+		if i < 0 || bs.end > routes.Intervals[i].End {
+			// a move split the block: its parts are new blocks, which
+			// their servers report as they serve them
+			delete(b.blocks, begin)
+			continue
 		}
+		id := routes.Intervals[i].Node
+		blocks[id]++
+		bytes[id] += bs.bytes
 	}
 	return blocks, bytes
 }
