@@ -40,3 +40,20 @@ recent moves  from  to  bytes  ms    error
 [0, 4)        8     12  61     12.5  
 `, b.String())
 }
+
+// The demo's benchmark table: one row per placement, within 120 columns.
+func TestPrintDemoRows(t *testing.T) {
+	rows := []demoRow{
+		{Config: "static (bandwidth straggler)", Placement: "static", ItPerSec: 1, SpeedUp: 1, VsOracle: 0.5},
+		{Config: "elastic (bandwidth straggler)", Placement: "elastic", ItPerSec: 1.875, SpeedUp: 1.875, VsOracle: 0.9375},
+		{Config: "oracle (bandwidth straggler)", Placement: "oracle", ItPerSec: 2, SpeedUp: 2, VsOracle: 1},
+	}
+	rows[1].Median.Moves = 12
+	var b bytes.Buffer
+	printDemoRows(&b, rows)
+	assert.Equal(t, `                      placement  it/s per worker  vs static  vs oracle  moves
+   static (bandwidth straggler)             1.00      1.00x        50%      -
+  elastic (bandwidth straggler)             1.88      1.88x        94%     12
+   oracle (bandwidth straggler)             2.00      2.00x       100%      -
+`, b.String())
+}
