@@ -155,7 +155,10 @@ fi
 # key ranges moved by `elasticps ctl move` while the workers push.
 # elastic NAME ATTEMPT [launcher options]: the elastic case, with the
 # servers given by the options (elasticps by default, the C++ program
-# otherwise, ELASTIC_SERVER choosing its handler).
+# otherwise, ELASTIC_SERVER choosing its handler). The scheduler is
+# 'elasticps scheduler', or with ELASTIC_CXX_SCHEDULER=1 the C++ program
+# itself (the library runs the coordinator and control API), and then
+# 'elasticps ctl status' must reach it too.
 elastic() {
   local name=$1 attempt=$2
   shift 2
@@ -163,12 +166,23 @@ elastic() {
     return
   fi
   local port=$((20000 + RANDOM % 20000)) log="$BIN_DIR/logs/$name.log" start=$SECONDS
-  local ctl=("$LAUNCHER" ctl --addr "127.0.0.1:$((port + 1))")
+  local ctl=("$LAUNCHER" ctl --addr "127.0.0.1:$((port + 1))") sched=(--scheduler-cmd "$LAUNCHER scheduler")
+  local cxxsched=${ELASTIC_CXX_SCHEDULER:-0} status=1
+  if [ "$cxxsched" = 1 ]; then
+    sched=()
+    status=0
+  fi
   "$LAUNCHER" local -s 2 -w 2 --port "$port" --timeout "$TIMEOUT" ${EXTRA[@]+"${EXTRA[@]}"} \
     --env PS_ELASTIC=1 --env "PS_CTL_ADDR=127.0.0.1:$((port + 1))" --env PS_BALANCE_INTERVAL=600000 --env ELASTIC_ROUNDS=1500 \
-    --scheduler-cmd "$LAUNCHER scheduler" "$@" -- "./$BIN_DIR/test_elastic" >"$log" 2>&1 &
+    ${sched[@]+"${sched[@]}"} "$@" -- "./$BIN_DIR/test_elastic" >"$log" 2>&1 &
   local job=$!
   local moved=0 tries=0
+  # ctl status reaches the scheduler (its output has a file of its own, as
+  # the launcher's later writes would overwrite it in the job's log)
+  while [ "$status" -eq 0 ] && [ "$tries" -lt 300 ] && kill -0 "$job" 2>/dev/null; do
+    tries=$((tries + 1))
+    "${ctl[@]}" status >"$log.status" 2>&1 && grep -q "^routing epoch" "$log.status" && status=1 || sleep 0.05
+  done
   # once the job is up, move server 8's and server 10's first keys back and
   # forth (8 moves, keys coming back to servers that held them) while the
   # workers push; the second range starts at 2^63-1, which bash arithmetic
@@ -205,13 +219,14 @@ elastic() {
     elastic "$name" 2 "$@"
     return
   fi
-  if [ "$ok" -eq 1 ] && [ "$moved" -ge 8 ] && [ "$(grep -c 'exact sums' "$log")" -eq 2 ]; then
+  if [ "$ok" -eq 1 ] && [ "$moved" -ge 8 ] && [ "$status" -eq 1 ] && [ "$(grep -c 'exact sums' "$log")" -eq 2 ] &&
+    { [ "$cxxsched" != 1 ] || ! grep -q "ERROR" "$log"; }; then
     pass=$((pass + 1))
     printf 'PASS  %-44s %3ds  (%d moves)\n' "$name" $((SECONDS - start)) "$moved"
   else
     fail=$((fail + 1))
     failed+=("$name")
-    printf 'FAIL  %-44s %3ds  (%d moves; log: %s)\n' "$name" $((SECONDS - start)) "$moved" "$HERE/$log"
+    printf 'FAIL  %-44s %3ds  (%d moves, ctl status %d; log: %s)\n' "$name" $((SECONDS - start)) "$moved" "$status" "$HERE/$log"
     tail -n 30 "$log" | sed 's/^/      /'
   fi
 }
@@ -291,7 +306,7 @@ elastic_scale() {
   fi
   if [ "$ok" -eq 1 ] && [ "$sbok" -eq 1 ] && [ "$step" -ge 7 ] &&
     [ "$(grep -c 'exact sums and push counts' "$log")" -eq 2 ] &&
-    grep -q '"left": true' "$ctllog" && grep -q "rank 2 done" "$sblog"; then
+    grep -q 'drained (.*) and left the job' "$ctllog" && grep -q "rank 2 done" "$sblog"; then
     pass=$((pass + 1))
     printf 'PASS  %-44s %3ds  (standby joined, 4 moves, 1 drain)\n' "$name" $((SECONDS - start))
   else
@@ -318,6 +333,8 @@ if [ -z "${COMPAT_ENV:-}" ]; then
   elastic elastic-cxx-fallback-2x2 1 --env ELASTIC_SERVER=fallback
   elastic elastic-cxx-stateful-async-2x2 1 --env ELASTIC_SERVER=stateful
   elastic elastic-cxx-stateful-sync-2x2 1 --env ELASTIC_SERVER=stateful --env ELASTIC_SYNC=1
+  # the C++ program in every role, launched as any ps-lite job
+  ELASTIC_CXX_SCHEDULER=1 elastic elastic-cxx-scheduler-2x2 1 --env ELASTIC_SERVER=stateful
   elastic_scale elastic-cxx-scale-async 1 0
   elastic_scale elastic-cxx-scale-sync 1 1
 fi

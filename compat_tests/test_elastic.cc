@@ -1,6 +1,7 @@
 // Scenario "elastic": C++ workers, written against the ps-lite API only,
 // in an elastic job (PS_ELASTIC=1) whose scheduler is an elasticps process
-// and whose servers are either elasticps processes or this program. While
+// or this program and whose servers are either elasticps processes or this
+// program. While
 // the workers push, run.sh moves key ranges between the servers with
 // `elasticps ctl move` (and may add a standby server and drain one); the
 // workers then check that every push is in the sums, exactly. Keys are
@@ -208,8 +209,11 @@ int RunServer() {
 
 int main() {
   if (IsScheduler()) {
-    // the scheduler runs the migration coordinator: an elasticps process
-    EXPECT(false) << "run the scheduler with --scheduler-cmd 'elasticps scheduler'";
+    // as any ps-lite program's scheduler: the library runs the migration
+    // coordinator, the balancer and the control API (elasticps ctl)
+    Start(0);
+    Finalize(0, true);
+    return 0;
   }
   if (IsServer()) return RunServer();
   KVWorker<float> kv(0, 0);

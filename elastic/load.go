@@ -54,8 +54,24 @@ func reportInterval(po *postoffice.Postoffice) time.Duration {
 	return time.Second
 }
 
-// reportLoop sends the scheduler this server's load every interval.
+// joined waits until po is in the job (it has its node id: a report sent
+// before would reach the scheduler from an unknown sender); false if the
+// node stopped first.
+func joined(po *postoffice.Postoffice) bool {
+	select {
+	case <-po.Ready():
+		return true
+	case <-po.Done():
+		return false
+	}
+}
+
+// reportLoop sends the scheduler this server's load every interval, from
+// the moment the node is in the job.
 func (e *serverAgent) reportLoop(every time.Duration) {
+	if !joined(e.po) {
+		return
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	e.mu.Lock()

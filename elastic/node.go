@@ -212,6 +212,9 @@ func (r *workerRouter) OperationDone(rtt, handling time.Duration) {
 }
 
 func (r *workerRouter) reportLoop(w *kv.Worker) {
+	if !joined(r.node.po) {
+		return
+	}
 	t := time.NewTicker(r.node.every)
 	defer t.Stop()
 	last := time.Now()

@@ -7,6 +7,7 @@ package main
 import "C"
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/elastic/coord"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/van"
@@ -34,6 +36,10 @@ var node struct {
 	mu      sync.Mutex
 	po      *postoffice.Postoffice
 	elastic *elastic.Node // nil unless PS_ELASTIC=1 (and on the scheduler)
+	// On an elastic scheduler, the balancer and its coordinator, which
+	// run until cancel (at Finalize of customer 0 or the node's stop).
+	balancer *coord.Balancer
+	cancel   context.CancelFunc
 }
 
 // envOverrides are the values of ps::Environment::Init, which take
@@ -167,6 +173,19 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 		po.Stop()
 		return nil, err
 	}
+	if cfg.Role == message.RoleScheduler && cfg.Elastic {
+		// what 'elasticps scheduler' runs, so that a C++ program's
+		// scheduler needs no special launch in an elastic job
+		ctx, cancel := context.WithCancel(context.Background())
+		bal, err := coord.StartScheduler(ctx, po, env)
+		if err != nil {
+			cancel()
+			po.Stop()
+			return nil, err
+		}
+		context.AfterFunc(ctx, po.Stop)
+		node.balancer, node.cancel = bal, cancel
+	}
 	node.po, node.elastic = po, en
 	return po, nil
 }
@@ -180,6 +199,17 @@ func nodeElastic(po *postoffice.Postoffice) *elastic.Node {
 		return nil
 	}
 	return node.elastic
+}
+
+// nodeBalancer is the balancer of the process's node po (nil unless it is
+// an elastic scheduler).
+func nodeBalancer(po *postoffice.Postoffice) *coord.Balancer {
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	if node.po != po {
+		return nil
+	}
+	return node.balancer
 }
 
 // defaultWaitSpin is how long a C++ Wait may spin before it waits in Go
@@ -281,11 +311,25 @@ func finalizeNode(customerID int, barrier bool) error {
 		// would operate on a stopped van; there is nothing to do.
 		return nil
 	}
-	err := po.Finalize(customerID, barrier)
+	var err error
+	if bal := nodeBalancer(po); bal != nil && customerID == 0 && barrier {
+		// An elastic scheduler ends the job as 'elasticps scheduler' does:
+		// the final barrier, then it releases the standby servers, which
+		// are in no barrier group.
+		if err = po.Barrier(0, message.AllGroup); err == nil {
+			bal.Coordinator().ReleaseStandbys()
+		}
+		err = errors.Join(err, po.Finalize(0, false))
+	} else {
+		err = po.Finalize(customerID, barrier)
+	}
 	if customerID == 0 {
 		node.mu.Lock()
 		if node.po == po {
-			node.po, node.elastic = nil, nil
+			if node.cancel != nil {
+				node.cancel()
+			}
+			node.po, node.elastic, node.balancer, node.cancel = nil, nil, nil, nil
 		}
 		node.mu.Unlock()
 	}

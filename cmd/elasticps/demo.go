@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/elasticps/elasticps/internal/cli"
 	"github.com/elasticps/elasticps/internal/nodeproc"
+	"github.com/elasticps/elasticps/internal/plot"
 	"github.com/elasticps/elasticps/internal/straggler"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/launcher"
@@ -65,8 +69,11 @@ const demoUsage = `usage: elasticps demo [flags]
 
 Trains logistic regression with asynchronous SGD on a local job of this
 executable (-s servers, -w workers) and prints a summary; then runs the short
-straggler benchmark (one slow server, static placement against PSLD's
-elastic rebalancing) and writes its plot to the temporary directory.
+straggler benchmark on the same -s and -w (one slow server: static placement,
+PSLD's elastic rebalancing and the oracle placement, 10 s each, or --iters
+iterations per worker when --iters is given) and writes its plot to the
+temporary directory as SVG, and as PNG beside it when rsvg-convert or
+ImageMagick's convert is installed.
 
 flags:
 `
@@ -88,30 +95,106 @@ func runDemo(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("demo: unexpected argument %q (flags only; see elasticps demo --help)", fs.Arg(0))
 	}
+	itersSet := false
+	fs.Visit(func(f *flag.Flag) { itersSet = itersSet || f.Name == "iters" })
+	if *servers < 1 || *workers < 1 {
+		return fmt.Errorf("demo: -s %d -w %d: the job needs at least one server and one worker", *servers, *workers)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("cannot find this executable to start the demo nodes: %w", err)
 	}
-	fmt.Printf("elasticps demo: logistic regression with %d features, %d servers x %d workers, %d iterations of asynchronous SGD\n",
-		p.Features, *servers, *workers, p.Iters)
+	o := straggler.DefaultConfig()
+	o.Servers, o.Workers = *servers, *workers
+	o.Duration, o.Warmup = 10*time.Second, 4*time.Second
+	o.Healthy, o.Runs = false, []string{"static", "elastic", "oracle"}
+	o.Plot = filepath.Join(os.TempDir(), "elasticps-straggler-demo.svg")
+	o.JSON = true
+	how := "10 s of training each, measured after a 4 s warm-up"
+	if itersSet {
+		o.Iters = p.Iters
+		how = fmt.Sprintf("%d iterations per worker each", p.Iters)
+	}
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	fmt.Printf("elasticps demo runs two local jobs of %d servers x %d workers:\n", *servers, *workers)
+	fmt.Printf("  1. logistic regression, %d features, %d iterations of asynchronous SGD per worker\n", p.Features, p.Iters)
+	fmt.Printf("  2. one slow parameter server (emulated link at 1/%s speed): static placement, PSLD elastic\n"+
+		"     rebalancing and the oracle placement, %s\n", strconv.FormatFloat(o.Slowdown, 'g', -1, 64), how)
+	fmt.Printf("plot: %s (and .png beside it)\n\n", o.Plot)
 	job := &launcher.Job{NumServers: *servers, NumWorkers: *workers, Command: []string{exe, "demo-node"},
 		Env: append(p.env(), nodeproc.LoopbackEnv()...), Timeout: 10 * time.Minute}
+	fmt.Println("== 1. logistic regression")
 	if err := job.Run(ctx); err != nil {
 		return err
 	}
-	return stragglerDemo(ctx)
+	fmt.Println("\n== 2. a straggling server: static vs elastic vs oracle")
+	return stragglerDemo(ctx, o, os.Stdout)
 }
 
-// stragglerDemo is the short version of 'elasticps bench straggler': a
-// bandwidth straggler, static against elastic, about 25 seconds. The plot
-// goes to the temporary directory.
-func stragglerDemo(ctx context.Context) error {
-	o := straggler.DefaultConfig()
-	o.Duration, o.Warmup = 10*time.Second, 4*time.Second
-	o.Healthy, o.Runs = false, []string{"static", "elastic"}
-	o.Plot = filepath.Join(os.TempDir(), "elasticps-straggler-demo.svg")
-	fmt.Println("\nelasticps demo: one slow parameter server (emulated link at 1/4 speed), static placement vs PSLD elastic rebalancing")
-	return straggler.Run(ctx, o, os.Stdout)
+// demoRow is the part of a 'bench straggler' JSON row the demo prints.
+type demoRow struct {
+	Config    string  `json:"config"`
+	Placement string  `json:"placement"`
+	ItPerSec  float64 `json:"it_per_s_median"`
+	SpeedUp   float64 `json:"speedup_vs_static"`
+	VsOracle  float64 `json:"ratio_to_oracle"`
+	Median    struct {
+		Moves int `json:"moves"`
+	} `json:"median_run"`
+}
+
+// stragglerDemo is the short version of 'elasticps bench straggler' (o),
+// with a table of its own that fits 120 columns, the headline, and the
+// plot as SVG and PNG.
+func stragglerDemo(ctx context.Context, o straggler.Config, w io.Writer) error {
+	var out bytes.Buffer
+	if err := straggler.Run(ctx, o, &out); err != nil {
+		return err
+	}
+	var rep struct {
+		Rows     []demoRow `json:"rows"`
+		Headline string    `json:"headline"`
+		Plot     string    `json:"plot"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		return fmt.Errorf("demo: the benchmark's report: %w", err)
+	}
+	printDemoRows(w, rep.Rows)
+	if rep.Headline != "" {
+		fmt.Fprintf(w, "\n%s\n", rep.Headline)
+	}
+	if rep.Plot != "" {
+		fmt.Fprintf(w, "\nplot: %s\n", rep.Plot)
+		if png, err := plot.PNG(rep.Plot); err != nil {
+			fmt.Fprintf(w, "      %v\n", err)
+		} else {
+			fmt.Fprintf(w, "      %s\n", png)
+		}
+	}
+	return nil
+}
+
+// printDemoRows writes the benchmark's rows as a table of at most 120
+// columns.
+func printDemoRows(w io.Writer, rows []demoRow) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "placement\tit/s per worker\tvs static\tvs oracle\tmoves\t")
+	for _, r := range rows {
+		vs, vo, mv := "-", "-", "-"
+		if r.SpeedUp > 0 {
+			vs = fmt.Sprintf("%.2fx", r.SpeedUp)
+		}
+		if r.VsOracle > 0 {
+			vo = fmt.Sprintf("%.0f%%", 100*r.VsOracle)
+		}
+		if r.Placement == "elastic" {
+			mv = strconv.Itoa(r.Median.Moves)
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t\n", r.Config, r.ItPerSec, vs, vo, mv)
+	}
+	_ = tw.Flush()
 }
 
 // runDemoNode is one process of the demo job.

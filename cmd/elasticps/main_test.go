@@ -56,7 +56,7 @@ func TestEveryHelpPrintsUsageAndExitsZero(t *testing.T) {
 	}{
 		{[]string{"local"}, "usage: elasticps local -s NUM_SERVERS"},
 		{[]string{"demo"}, "usage: elasticps demo [flags]"},
-		{[]string{"ctl"}, "usage: elasticps ctl [--addr HOST:PORT] COMMAND"},
+		{[]string{"ctl"}, "usage: elasticps ctl [--addr HOST:PORT] [--json] COMMAND"},
 		{[]string{"bench"}, "usage: elasticps bench [flags]"},
 		{[]string{"bench", "straggler"}, "usage: elasticps bench straggler [flags]"},
 		{[]string{"bench", "failover"}, "usage: elasticps bench failover"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -217,7 +216,7 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 	}
 	var bal *coord.Balancer
 	if cfg.Role == message.RoleScheduler && cfg.Elastic {
-		if bal, err = startBalancer(ctx, po); err != nil {
+		if bal, err = coord.StartScheduler(ctx, po, postoffice.OSEnv); err != nil {
 			return err
 		}
 	}
@@ -318,24 +317,4 @@ func serveStats(po *postoffice.Postoffice, app *kv.SimpleApp) {
 			po.Logger().Error("cannot answer a command", "err", err)
 		}
 	})
-}
-
-// startBalancer runs the PSLD loop on an elastic scheduler (see
-// nodeproc.StartBalancer) and serves its control API at PS_CTL_ADDR
-// (default: the scheduler's host, DMLC_PS_ROOT_PORT+1).
-func startBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Balancer, error) {
-	c, bal, err := nodeproc.StartBalancer(ctx, po)
-	if err != nil {
-		return nil, err
-	}
-	addr := os.Getenv("PS_CTL_ADDR")
-	if addr == "" {
-		addr = fmt.Sprintf("%s:%d", po.Config().SchedulerHost, po.Config().SchedulerPort+1)
-	}
-	bound, err := c.ServeControl(addr)
-	if err != nil {
-		return nil, err
-	}
-	po.Logger().Info("elastic: control API (elasticps ctl)", "addr", bound)
-	return bal, nil
 }

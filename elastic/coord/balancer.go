@@ -11,6 +11,7 @@ import (
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/rebalance"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // Balancer closes the PSLD loop on the scheduler: it gathers the servers'
@@ -25,8 +26,23 @@ type Balancer struct {
 	est     map[int32]*rebalance.Estimator
 	servers map[int32]*elastic.LoadReport // latest per server
 	workers map[int32]*elastic.WorkerReport
+	latest  map[int32]seenReport // latest per server, kept across steps (for Status)
+	blocks  map[uint64]blockSize // every block seen, by its first key (for Status)
+	plan    *PlanStatus          // latest plan that decided something
 	trace   []TracePoint
 	start   time.Time
+}
+
+// blockSize is a block's end and its largest payload per request seen.
+type blockSize struct {
+	end   uint64
+	bytes int64
+}
+
+// seenReport is a server's load report and when it arrived.
+type seenReport struct {
+	r  *elastic.LoadReport
+	at time.Time
 }
 
 // TracePoint is one interval of the balancer's record, for plots and
@@ -49,8 +65,12 @@ func NewBalancer(c *Coordinator, cfg rebalance.Config, interval time.Duration) (
 		return nil, err
 	}
 	b := &Balancer{c: c, planner: p, interval: interval, est: map[int32]*rebalance.Estimator{},
-		servers: map[int32]*elastic.LoadReport{}, workers: map[int32]*elastic.WorkerReport{}, start: time.Now()}
+		servers: map[int32]*elastic.LoadReport{}, workers: map[int32]*elastic.WorkerReport{},
+		latest: map[int32]seenReport{}, blocks: map[uint64]blockSize{}, start: time.Now()}
 	c.OnLoadReport(b.report)
+	c.mu.Lock()
+	c.bal = b
+	c.mu.Unlock()
 	return b, nil
 }
 
@@ -65,6 +85,13 @@ func (b *Balancer) report(from int32, body []byte) {
 	defer b.mu.Unlock()
 	if srv != nil {
 		b.servers[from] = srv
+		b.latest[from] = seenReport{r: srv, at: time.Now()}
+		for _, k := range srv.Blocks {
+			if k.Requests > 0 {
+				bs := b.blocks[k.Begin]
+				b.blocks[k.Begin] = blockSize{end: k.End, bytes: max(bs.bytes, k.Bytes/k.Requests)}
+			}
+		}
 		e := b.est[from]
 		if e == nil {
 			e, _ = rebalance.NewEstimator(rebalance.DefaultEstimatorConfig())
@@ -173,6 +200,14 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 	if plan.Err != nil {
 		b.c.log.Warn("balancer: planner rejected its input", "err", plan.Err)
 	}
+	var ps *PlanStatus
+	if plan.Err != nil || plan.Kind != rebalance.None || len(plan.Moves) > 0 {
+		ps = &PlanStatus{AtMs: float64(tp.At.Microseconds()) / 1000, Kind: plan.Kind.String(),
+			Reason: plan.Reason, Moves: len(plan.Moves)}
+		if plan.Err != nil {
+			ps.Error = plan.Err.Error()
+		}
+	}
 	if len(plan.Moves) > 0 {
 		tp.Plan = fmt.Sprintf("%s: %s", plan.Kind, plan.Reason)
 		tp.Moves = plan.Moves
@@ -197,8 +232,78 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 	}
 	b.mu.Lock()
 	b.trace = append(b.trace, tp)
+	if ps != nil {
+		ps.MovedOK = tp.MovedOK
+		b.plan = ps
+	}
 	b.mu.Unlock()
 	return plan
+}
+
+// lastPlan is a copy of the latest plan that decided something (nil if
+// none did yet).
+func (b *Balancer) lastPlan() *PlanStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.plan == nil {
+		return nil
+	}
+	p := *b.plan
+	return &p
+}
+
+// load fills in s's load from server id's latest report, and reports
+// whether there was one; a report older than three of its intervals (at
+// least 3 s) makes the server "silent".
+func (b *Balancer) load(id int32, now time.Time, s *ServerStatus) bool {
+	b.mu.Lock()
+	seen, ok := b.latest[id]
+	b.mu.Unlock()
+	if !ok {
+		return false
+	}
+	r := seen.r
+	age := now.Sub(seen.at)
+	s.ReportAgeMs = float64(age.Microseconds()) / 1000
+	if age > max(3*r.Interval, 3*time.Second) {
+		s.Health = "silent"
+	}
+	var reqs, bytes int64
+	for _, k := range r.Blocks {
+		reqs += k.Requests
+		bytes += k.Bytes
+	}
+	if secs := r.Interval.Seconds(); secs > 0 {
+		s.Busy = r.Busy.Seconds() / secs
+		s.RequestsPerSec = float64(reqs) / secs
+		s.BytesPerSec = float64(bytes) / secs
+	}
+	if reqs > 0 {
+		s.HandlingUs = float64(r.Busy.Microseconds()) / float64(reqs)
+	}
+	return true
+}
+
+// held counts, per server, the blocks every server has reported (by first
+// key) that routes gives it, and their payload per request summed: the
+// planner's view of what each server holds, which moves change at once.
+func (b *Balancer) held(routes *routing.Routes) (blocks map[int32]int, bytes map[int32]int64) {
+	blocks, bytes = map[int32]int{}, map[int32]int64{}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for begin, bs := range b.blocks {
+		i := routes.Find(begin)
+		if i < 0 || bs.end > routes.Intervals[i].End {
+			// a move split the block: its parts are new blocks, which
+			// their servers report as they serve them
+			delete(b.blocks, begin)
+			continue
+		}
+		id := routes.Intervals[i].Node
+		blocks[id]++
+		bytes[id] += bs.bytes
+	}
+	return blocks, bytes
 }
 
 // Servers lists the servers of the job (the coordinator's move targets).

@@ -47,6 +47,7 @@ type Coordinator struct {
 	mu      sync.Mutex
 	history []Result
 	onLoad  func(from int32, report []byte)
+	bal     *Balancer // the balancer driving this coordinator (nil: none), for Status
 
 	// routing tables delivered to each node (see deliver)
 	dmu   sync.Mutex

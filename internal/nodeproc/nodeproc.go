@@ -11,15 +11,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
-	"time"
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/coord"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
-	"github.com/elasticps/elasticps/rebalance"
 )
 
 // Logger is the logger of a node process: text to stderr, level info.
@@ -106,26 +103,11 @@ func StartWorker(po *postoffice.Postoffice) (*kv.Worker, error) {
 // milliseconds (default 2000) from the moment the node is ready until ctx
 // ends.
 func StartBalancer(ctx context.Context, po *postoffice.Postoffice) (*coord.Coordinator, *coord.Balancer, error) {
-	c, err := coord.New(po)
+	bal, err := coord.StartBalancer(ctx, po, postoffice.OSEnv)
 	if err != nil {
 		return nil, nil, err
 	}
-	every := 2 * time.Second
-	if v, err := strconv.Atoi(os.Getenv("PS_BALANCE_INTERVAL")); err == nil && v > 0 {
-		every = time.Duration(v) * time.Millisecond
-	}
-	bal, err := coord.NewBalancer(c, rebalance.DefaultConfig(), every)
-	if err != nil {
-		return nil, nil, err
-	}
-	go func() {
-		select {
-		case <-po.Ready():
-			bal.Run(ctx)
-		case <-ctx.Done():
-		}
-	}()
-	return c, bal, nil
+	return bal.Coordinator(), bal, nil
 }
 
 // LoopbackEnv is the environment that keeps a local job's nodes on

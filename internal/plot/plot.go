@@ -8,10 +8,13 @@ package plot
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -38,6 +41,14 @@ type Marker struct {
 	Color string
 }
 
+// Span is a shaded stretch of the x axis, for a phase such as a warm-up.
+type Span struct {
+	X0, X1 float64
+	Label  string // drawn at the bottom left of the span; "" for none
+	// Color is an SVG color; "" means light grey.
+	Color string
+}
+
 // Chart is one panel: axes, series and markers.
 type Chart struct {
 	Title          string
@@ -55,11 +66,18 @@ type Chart struct {
 	// MarkerName labels the markers in the legend (default "events"); the
 	// legend adds their count.
 	MarkerName string
+	// Spans are shaded behind the series.
+	Spans []Span
+	// Headroom is the fraction of an automatic y axis's data span left
+	// free above the data, so that the highest line is not on the edge.
+	Headroom float64
 }
 
 // Figure is a stack of charts sharing a width.
 type Figure struct {
 	Title string
+	// Headline is the result in one line, drawn bold under the title.
+	Headline string
 	// Notes are short lines printed under the title (for example what was
 	// emulated).
 	Notes []string
@@ -74,16 +92,18 @@ var Palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 
 // layout constants, in pixels.
 const (
-	marginLeft   = 70
-	legendWidth  = 240
-	marginRight  = 20
-	panelTop     = 34 // chart title above the plot area
-	panelBottom  = 46 // tick labels and x label under it
-	titleHeight  = 34
-	noteHeight   = 16
-	tickLen      = 5
-	fontFamily   = "DejaVu Sans, Helvetica, Arial, sans-serif"
-	maxLabelMark = 40 // markers beyond this many are drawn without labels
+	marginLeft      = 70
+	legendWidth     = 240
+	marginRight     = 20
+	panelTop        = 34 // chart title above the plot area
+	panelBottom     = 46 // tick labels and x label under it
+	titleHeight     = 34
+	noteHeight      = 16
+	headlineHeight  = 24
+	markerLabelRows = 3 // rows of marker labels at the top of a chart
+	tickLen         = 5
+	fontFamily      = "DejaVu Sans, Helvetica, Arial, sans-serif"
+	maxLabelMark    = 40 // markers beyond this many are drawn without labels
 )
 
 // WriteFile writes the figure's SVG to path.
@@ -93,6 +113,25 @@ func (f *Figure) WriteFile(path string) error {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
+}
+
+// PNG renders the SVG file svgPath as a PNG beside it (same name, .png)
+// with rsvg-convert or ImageMagick's convert, whichever is installed, and
+// returns the PNG's path.
+func PNG(svgPath string) (string, error) {
+	png := strings.TrimSuffix(svgPath, filepath.Ext(svgPath)) + ".png"
+	var cmd *exec.Cmd
+	if p, err := exec.LookPath("rsvg-convert"); err == nil {
+		cmd = exec.Command(p, "-b", "white", "-o", png, svgPath)
+	} else if p, err := exec.LookPath("convert"); err == nil {
+		cmd = exec.Command(p, "-background", "white", "-density", "110", svgPath, png)
+	} else {
+		return "", errors.New("plot: no PNG: install librsvg2-bin (rsvg-convert) or imagemagick (convert)")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("plot: %s: %v: %s", cmd.Path, err, bytes.TrimSpace(out))
+	}
+	return png, nil
 }
 
 // Write writes the figure as a standalone SVG document.
@@ -110,6 +149,9 @@ func (f *Figure) Write(w io.Writer) error {
 		top += titleHeight
 	}
 	top += noteHeight * len(f.Notes)
+	if f.Headline != "" {
+		top += headlineHeight
+	}
 	height := top + ph*len(f.Charts) + 10
 
 	var b strings.Builder
@@ -121,6 +163,10 @@ func (f *Figure) Write(w io.Writer) error {
 	if f.Title != "" {
 		fmt.Fprintf(&b, `<text class="title" x="%d" y="%d" font-size="16" font-weight="bold">%s</text>`+"\n", marginLeft-50, y+20, esc(f.Title))
 		y += titleHeight
+	}
+	if f.Headline != "" {
+		fmt.Fprintf(&b, `<text class="headline" x="%d" y="%d" font-size="15" font-weight="bold" fill="#1f4e79">%s</text>`+"\n", marginLeft-50, y+16, esc(f.Headline))
+		y += headlineHeight
 	}
 	for _, n := range f.Notes {
 		fmt.Fprintf(&b, `<text class="note" x="%d" y="%d" font-size="11" fill="#444">%s</text>`+"\n", marginLeft-50, y+11, esc(n))
@@ -196,7 +242,30 @@ func (c *Chart) draw(b *strings.Builder, x0, y0, w, h int) {
 			num(cx), num(cy), num(cx), num(cy), esc(c.YLabel))
 	}
 
-	// markers, clipped to the plot area
+	// spans, behind everything else of the plot area
+	for _, sp := range c.Spans {
+		a, z := max(sp.X0, xmin), min(sp.X1, xmax)
+		if !finite(a) || !finite(z) || z <= a {
+			continue
+		}
+		color := sp.Color
+		if color == "" {
+			color = "#eeeeee"
+		}
+		fmt.Fprintf(b, `<rect class="span" x="%s" y="%s" width="%s" height="%s" fill="%s"/>`+"\n",
+			num(sx(a)), num(py0), num(sx(z)-sx(a)), num(py1-py0), esc(color))
+		if sp.Label != "" {
+			fmt.Fprintf(b, `<text class="span-label" x="%s" y="%s" font-size="10" fill="#555">%s</text>`+"\n", num(sx(a)+4), num(py1-6), esc(sp.Label))
+		}
+	}
+
+	// markers, clipped to the plot area; their labels run horizontally
+	// along the top, each in the first of a few rows where it does not
+	// overlap the label before it (a label with no room is left out)
+	var rowEnd [markerLabelRows]float64
+	for i := range rowEnd {
+		rowEnd[i] = math.Inf(-1)
+	}
 	for i, m := range c.Markers {
 		if !finite(m.X) || m.X < xmin || m.X > xmax {
 			continue
@@ -208,10 +277,21 @@ func (c *Chart) draw(b *strings.Builder, x0, y0, w, h int) {
 		x := sx(m.X)
 		fmt.Fprintf(b, `<line class="marker" x1="%s" y1="%s" x2="%s" y2="%s" stroke="%s" stroke-width="1" stroke-dasharray="4 3"/>`+"\n",
 			num(x), num(py0), num(x), num(py1), esc(color))
-		if m.Label != "" && i < maxLabelMark {
-			lx, ly := x+3, py0+4
-			fmt.Fprintf(b, `<text class="marker-label" x="%s" y="%s" font-size="9" fill="%s" transform="rotate(90 %s %s)">%s</text>`+"\n",
-				num(lx), num(ly), esc(color), num(lx), num(ly), esc(m.Label))
+		if m.Label == "" || i >= maxLabelMark {
+			continue
+		}
+		wl := labelWidth(m.Label)
+		for row := range rowEnd {
+			if x+3 < rowEnd[row]+4 || x+3+wl > px1 {
+				continue
+			}
+			rowEnd[row] = x + 3 + wl
+			ly := py0 + 4 + float64(row)*14
+			fmt.Fprintf(b, `<rect class="marker-label-bg" x="%s" y="%s" width="%s" height="13" fill="white" fill-opacity="0.85"/>`+"\n",
+				num(x+2), num(ly), num(wl+2))
+			fmt.Fprintf(b, `<text class="marker-label" x="%s" y="%s" font-size="10" fill="#333">%s</text>`+"\n",
+				num(x+3), num(ly+10), esc(m.Label))
+			break
 		}
 	}
 
@@ -293,8 +373,13 @@ func (c *Chart) bounds() (xmin, xmax, ymin, ymax float64) {
 	}
 	if c.YMax > c.YMin {
 		ymin, ymax = c.YMin, c.YMax
-	} else if c.ZeroY {
-		ymin, ymax = min(ymin, 0), max(ymax, 0)
+	} else {
+		if c.ZeroY {
+			ymin, ymax = min(ymin, 0), max(ymax, 0)
+		}
+		if c.Headroom > 0 && finite(ymin) && finite(ymax) {
+			ymax += (ymax - ymin) * c.Headroom
+		}
 	}
 	xmin, xmax = widen(xmin, xmax)
 	ymin, ymax = widen(ymin, ymax)
@@ -401,6 +486,9 @@ func runs(ps []Point) [][]Point {
 	}
 	return out
 }
+
+// labelWidth estimates the width in pixels of s at font size 10.
+func labelWidth(s string) float64 { return 5.8 * float64(len([]rune(s))) }
 
 func clamp(v, lo, hi float64) float64 { return max(lo, min(hi, v)) }
 

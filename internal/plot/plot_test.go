@@ -188,3 +188,39 @@ func TestNiceTicks(t *testing.T) {
 		t.Errorf("tickLabel = %q", l)
 	}
 }
+
+// The headline, a shaded span, the headroom above the data and marker
+// labels that never overlap: close markers go to the next row, and one
+// with no row left has no label.
+func TestHeadlineSpanHeadroomAndMarkerLabels(t *testing.T) {
+	f := Figure{Title: "t", Headline: "elastic 2.0x static, 90% of the oracle", Charts: []Chart{{
+		Series:   []Series{{Name: "a", Points: []Point{{0, 0}, {10, 10}}}},
+		Spans:    []Span{{X0: 0, X1: 4, Label: "warm-up"}},
+		Headroom: 0.3,
+		Markers: []Marker{{X: 5, Label: "plan one"}, {X: 5.1, Label: "plan two"}, {X: 5.2, Label: "plan three"},
+			{X: 5.3, Label: "no room"}, {X: 9, Label: "later"}},
+	}}}
+	var b bytes.Buffer
+	if err := f.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	es := parse(t, b.Bytes())
+	if got := texts(es, "headline"); len(got) != 1 || got[0] != f.Headline {
+		t.Errorf("headline: %q", got)
+	}
+	if n := count(es, "rect", "span"); n != 1 {
+		t.Errorf("%d spans drawn, want 1", n)
+	}
+	if got := texts(es, "span-label"); len(got) != 1 || got[0] != "warm-up" {
+		t.Errorf("span labels: %q", got)
+	}
+	if got := strings.Join(texts(es, "marker-label"), ","); got != "plan one,plan two,plan three,later" {
+		t.Errorf("marker labels: %s", got)
+	}
+	// data up to 10 plus 30% headroom: the axis reaches past 13 (without
+	// headroom the top tick is 10, on the line)
+	labels := texts(es, "tick-label")
+	if last := labels[len(labels)-1]; last != "15" {
+		t.Errorf("top y tick %s, want 15 (ticks %q)", last, labels)
+	}
+}

@@ -25,6 +25,7 @@ func writePlot(path string, o Config, rep *report) error {
 		// keep notes inside the picture
 		f.Notes = splitNote(f.Notes[0], 150)
 	}
+	f.Headline = headline(rep.Rows)
 	// One run per configuration: the median one.
 	var elastic *jobResult
 	var tput plot.Chart
@@ -33,10 +34,13 @@ func writePlot(path string, o Config, rep *report) error {
 	tput.XLabel = "time since training started (s)"
 	tput.YLabel = "iterations/s per worker"
 	tput.ZeroY = true
-	colors := map[string]string{"static": "#d62728", "elastic": "#1f77b4", "oracle": "#2ca02c"}
+	tput.Headroom = 0.12 // the best line (the oracle's) clear of the top edge
+	if o.Iters == 0 && o.Warmup > 0 {
+		tput.Spans = []plot.Span{{X0: 0, X1: o.Warmup.Seconds(), Label: "warm-up (not measured)"}}
+	}
 	for _, row := range rep.Rows {
 		r := row.MedianRun
-		s := plot.Series{Name: row.Config, Color: colors[row.Placement], Dashed: row.Straggler == "none"}
+		s := plot.Series{Name: row.Config, Color: placementColors[row.Placement], Dashed: row.Straggler == "none"}
 		for _, p := range r.throughput {
 			s.Points = append(s.Points, plot.Point{X: p.T, Y: p.V})
 		}
@@ -57,9 +61,9 @@ func writePlot(path string, o Config, rep *report) error {
 		tr := elastic.trace
 		off := float64(tr.Start-elastic.t0) / 1e9 // balancer clock -> seconds since training started
 		busy := plot.Chart{Title: fmt.Sprintf("%s: per-server busy fraction (balancer trace; markers: plans that moved blocks)", variant{"elastic", elastic.Straggler}.name()),
-			XLabel: "time since training started (s)", YLabel: "busy fraction", ZeroY: true, MarkerName: "plans"}
-		rate := plot.Chart{Title: "per-server request payload handled, MB/s (balancer trace; markers: each move)",
-			XLabel: "time since training started (s)", YLabel: "MB/s", ZeroY: true, MarkerName: "moves"}
+			XLabel: "time since training started (s)", YLabel: "busy fraction", ZeroY: true, MarkerName: "plans", Headroom: 0.3}
+		rate := plot.Chart{Title: "per-server request payload handled, MB/s (balancer trace; markers: moves, by burst)",
+			XLabel: "time since training started (s)", YLabel: "MB/s", ZeroY: true, MarkerName: "move bursts", Headroom: 0.3}
 		var ids []int32
 		for _, tp := range tr.Points {
 			for id := range tp.Busy {
@@ -75,8 +79,13 @@ func writePlot(path string, o Config, rep *report) error {
 			if elastic.Straggler != "none" && rank == o.SlowRank {
 				name += " (slow)"
 			}
-			bs := plot.Series{Name: name}
-			rs := plot.Series{Name: name}
+			// a server has one colour in both panels, none of the placements'
+			c := serverColors[rank%len(serverColors)]
+			if elastic.Straggler != "none" && rank == o.SlowRank {
+				c = slowColor
+			}
+			bs := plot.Series{Name: name, Color: c}
+			rs := plot.Series{Name: name, Color: c}
 			for _, tp := range tr.Points {
 				x := off + tp.At.Seconds()
 				if x < -1 {
@@ -113,14 +122,35 @@ func writePlot(path string, o Config, rep *report) error {
 			busy.Markers = append(busy.Markers, plot.Marker{X: x, Label: label, Color: "#555555"})
 			tput.Markers = append(tput.Markers, plot.Marker{X: x})
 		}
+		// moves of one plan start within a fraction of a second of each
+		// other: one marker for each such burst, labelled with its count
+		// (red if one of them failed)
+		var burst []float64
+		failed := false
+		flush := func() {
+			if len(burst) == 0 {
+				return
+			}
+			c, label := "#777777", fmt.Sprintf("%d moves", len(burst))
+			if len(burst) == 1 {
+				label = "1 move"
+			}
+			if failed {
+				c, label = "#ff0000", label+" (failed)"
+			}
+			rate.Markers = append(rate.Markers, plot.Marker{X: burst[0], Label: label, Color: c})
+			burst, failed = nil, false
+		}
 		for _, m := range tr.Moves {
 			x := float64(m.Started-elastic.t0) / 1e9
-			c := "#999999"
-			if m.Err != "" {
-				c = "#ff0000"
+			if len(burst) > 0 && x-burst[len(burst)-1] > 0.3 {
+				flush()
 			}
-			rate.Markers = append(rate.Markers, plot.Marker{X: x, Color: c})
+			burst = append(burst, x)
+			failed = failed || m.Err != ""
 		}
+		flush()
+		busy.Spans, rate.Spans = tput.Spans, tput.Spans
 		f.Charts[0] = tput
 		f.Charts = append(f.Charts, busy, rate)
 	}
@@ -138,6 +168,31 @@ func writePlot(path string, o Config, rep *report) error {
 		f.Charts[i].XMin, f.Charts[i].XMax = xmin, math.Ceil(xmax)
 	}
 	return f.WriteFile(path)
+}
+
+// Colours by meaning, the same in every panel: a placement's throughput,
+// the slow server, the other servers.
+var (
+	placementColors = map[string]string{"static": "#d62728", "elastic": "#1f77b4", "oracle": "#2ca02c"}
+	slowColor       = "#ff7f0e"
+	serverColors    = []string{"#9467bd", "#8c564b", "#17becf", "#e377c2", "#7f7f7f", "#bcbd22"}
+)
+
+// headline is the result in one line: elastic against static and the
+// oracle with the straggler ("" when there is no elastic row with a
+// straggler).
+func headline(rows []*tableRow) string {
+	for _, r := range rows {
+		if r.Placement != "elastic" || r.Straggler == "none" || r.SpeedUp <= 0 {
+			continue
+		}
+		h := fmt.Sprintf("elastic %.1fx static", r.SpeedUp)
+		if r.VsOracle > 0 {
+			h += fmt.Sprintf(", %.0f%% of the oracle", 100*r.VsOracle)
+		}
+		return h + fmt.Sprintf(" (%s straggler, %.2f it/s per worker)", r.Straggler, r.ItPerSec)
+	}
+	return ""
 }
 
 // splitNote breaks a long note at "; " so lines stay under about n

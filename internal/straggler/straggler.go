@@ -192,6 +192,7 @@ type report struct {
 	Runs        []*jobResult `json:"runs"`
 	Plot        string       `json:"plot,omitempty"`
 	TargetNotes []string     `json:"targets"`
+	Headline    string       `json:"headline"` // the result in one line, also in the plot
 	// Failures are runs that failed and were run again.
 	Failures []string `json:"failed_runs,omitempty"`
 }
@@ -258,6 +259,7 @@ func Run(ctx context.Context, o Config, out io.Writer) error {
 		rep.PushBytes += b.Bytes()
 	}
 	rep.TargetNotes = targets(rows)
+	rep.Headline = headline(rows)
 	if o.Plot != "" {
 		if err := writePlot(o.Plot, o, rep); err != nil {
 			return fmt.Errorf("plot: %w", err)
