@@ -78,8 +78,6 @@ func (p *Postoffice) receiveLoop() {
 			return
 		}
 		size := messageBytes(m)
-		p.stats.MsgsRecv.Add(1)
-		p.stats.BytesRecv.Add(int64(size))
 		if p.cfg.DropPercent > 0 && p.isReady() && rand.IntN(100) < p.cfg.DropPercent {
 			p.log.Warn("PS_DROP_MSG: dropping", "msg", m.Meta.String())
 			p.Release(m)
