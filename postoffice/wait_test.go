@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/jobtest"
 	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
@@ -122,3 +123,24 @@ func TestUpAndCompleteLines(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// PS_VERBOSE=2 logs every message with its payload sizes and no INT_MAX
+// for the ids a message does not set.
+func TestVerboseLogsPayloadSizes(t *testing.T) {
+	var logs testutil.SyncBuffer
+	j := jobtest.Start(t, jobtest.Options{Servers: 1, Workers: 1, Configure: func(c *postoffice.Config) {
+		c.Verbose = 2
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}})
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.AppID, m.Meta.CustomerID, m.Meta.Request = 0, 0, true
+	m.Meta.Recver = j.Servers[0].MyNode().ID
+	m.AddData(message.Uint64, make([]byte, 24))
+	m.AddData(message.Float, make([]byte, 12))
+	_, err := j.Workers[0].Send(m)
+	require.NoError(t, err)
+	want := "push=false pull=false simple_app=false head=unassigned dtype=[UINT64 FLOAT] data_size=24 data_size=12"
+	testutil.WaitFor(t, 10*time.Second, func() bool { return strings.Count(logs.String(), want) == 2 },
+		func() string { return "no send and recv line with the sizes:\n" + logs.String() })
+	assert.NotContains(t, logs.String(), "2147483647")
+}
