@@ -84,7 +84,7 @@ func (p *Postoffice) receiveLoop() {
 			continue
 		}
 		if p.cfg.Verbose >= 2 {
-			p.log.Info("recv", "msg", m.String())
+			p.log.Info("recv", "message", m.String())
 		}
 		if p.resender != nil && p.resender.addIncoming(m) {
 			p.Release(m) // a duplicate or an ACK: nothing keeps it

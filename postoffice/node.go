@@ -78,6 +78,8 @@ type Postoffice struct {
 	member   *membership.Member
 
 	gone goneTable // nodes the job lost (gone.go)
+
+	waitReport waitReport // when to report a long wait for the job (wait.go)
 }
 
 // Stats are monotonically increasing counters.
@@ -119,6 +121,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		barrierWait: map[int32]chan struct{}{},
 		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
 		ranges:      routing.KeyRanges(cfg.NumServers),
+		waitReport:  waitReport{waitReportFirst, waitReportMax},
 	}
 	p.tr = countingTransport{Transport: tr, stats: &p.stats}
 	p.reg = metrics.NewNodeRegistry(cfg.Role.String())

@@ -19,7 +19,7 @@ func (p *Postoffice) Send(m *message.Message) (int, error) {
 		p.resender.addOutgoing(m)
 	}
 	if p.cfg.Verbose >= 2 {
-		p.log.Info("send", "msg", m.String())
+		p.log.Info("send", "message", m.String())
 	}
 	return n, nil
 }

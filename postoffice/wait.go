@@ -14,8 +14,12 @@ import (
 // why that usually happens, again at a slowing rate.
 
 // waitReportFirst is how long a node waits for its job silently;
-// waitReportMax is the longest gap between two of its reports.
+// waitReportMax is the longest gap between two of its reports. New reads
+// them (tests change them).
 var waitReportFirst, waitReportMax = 5 * time.Second, 30 * time.Second
+
+// waitReport is a node's copy of waitReportFirst and waitReportMax.
+type waitReport struct{ first, max time.Duration }
 
 // mismatchHint lists the usual causes of a wait that never ends, for the
 // reports of both sides.
@@ -37,12 +41,12 @@ func (p *Postoffice) announceUp(me message.Node) {
 func (p *Postoffice) schedulerAddr() string { return addrOf(p.schedulerNode()) }
 
 // reportUntilReady runs from Start until the node is ready or stopped:
-// it reports the wait (reportWaiting) after waitReportFirst, then after
-// gaps doubling up to waitReportMax, and logs the complete line once ready.
+// it reports the wait (reportWaiting) after waitReport.first, then after
+// gaps doubling up to waitReport.max, and logs the complete line once ready.
 // It only sleeps on a timer.
 func (p *Postoffice) reportUntilReady() {
 	start := time.Now()
-	gap := waitReportFirst
+	gap := p.waitReport.first
 	t := time.NewTimer(gap)
 	defer t.Stop()
 	for {
@@ -54,7 +58,7 @@ func (p *Postoffice) reportUntilReady() {
 			return
 		case <-t.C:
 			p.reportWaiting(time.Since(start).Round(time.Second))
-			gap = min(2*gap, waitReportMax)
+			gap = min(2*gap, p.waitReport.max)
 			t.Reset(gap)
 		}
 	}
