@@ -44,13 +44,27 @@ type Metrics struct {
 }
 
 // NewMetrics registers the elastic families in r (a node's registry,
-// postoffice.Metrics). Calling it again on the same registry returns the
-// same families, so every user of one node shares them.
+// postoffice.Metrics); on a node other than the scheduler only
+// ControlUnansweredTotal, the others being the coordinator's (nil there).
+// Calling it again on the same registry returns the same families, so
+// every user of one node shares them.
 func NewMetrics(r *metrics.Registry) (*Metrics, error) {
 	var m Metrics
 	var errs []error
 	keep := func(err error) { errs = append(errs, err) }
 	var err error
+	m.ControlUnansweredTotal, err = metrics.GetOrRegister(r, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "elasticps_elastic_unanswered_total",
+		Help: "Elastic control requests a peer did not answer within the timeout, by peer node id and message.",
+	}, []string{"node", "message"}))
+	keep(err)
+	if r.Role() != "" && r.Role() != "scheduler" {
+		// The rest are the coordinator's, which runs on the scheduler.
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		return &m, nil
+	}
 	m.ServerLoadBytes, err = metrics.GetOrRegister(r, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "elasticps_server_load_bytes_per_second",
 		Help: "Measured load of a server in payload bytes per second, by server id.",
@@ -76,11 +90,6 @@ func NewMetrics(r *metrics.Registry) (*Metrics, error) {
 		Name: "elasticps_routing_epoch",
 		Help: "Version of the routing table in force.",
 	}))
-	keep(err)
-	m.ControlUnansweredTotal, err = metrics.GetOrRegister(r, prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "elasticps_elastic_unanswered_total",
-		Help: "Elastic control requests a peer did not answer within the timeout, by peer node id and message.",
-	}, []string{"node", "message"}))
 	keep(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -160,22 +160,29 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 	assert.Equal(t, 1+1+3+1+1+1, n, "every family was gathered")
 }
 
-// nodeSeries is what a scrape of an elastic node shows of the project's
-// families before anything happened: family name -> series. These are the
-// families a node showed when the postoffice registered the elastic ones
-// itself; the elastic ones now come with the node's Link.
-var nodeSeries = map[string]int{
-	metrics.MetricMessagesSent: 1, metrics.MetricMessagesReceived: 1,
-	metrics.MetricBytesSent: 1, metrics.MetricBytesReceived: 1,
-	metrics.MetricMalformedMessages: 1, metrics.MetricDroppedMessages: 1,
-	metrics.MetricRejectedRequests: 1, metrics.MetricReceiveHandOvers: 1,
-	metrics.MetricReleasedTwice:   1,
-	metrics.MetricServerHandle:    2,
-	metrics.MetricWorkerRoundTrip: 6,
-	// elastic, with the Link
-	"elasticps_migrations_total":        3,
-	"elasticps_migration_stall_seconds": 1,
-	"elasticps_routing_epoch":           1,
+// nodeSeries is what a scrape of an elastic node of role shows of the
+// project's families before anything happened: family name -> series.
+// Every node has its counters, a server the kv server's family, a worker
+// the kv worker's, and the scheduler, with its Link, the coordinator's.
+func nodeSeries(role message.Role) map[string]int {
+	s := map[string]int{
+		metrics.MetricMessagesSent: 1, metrics.MetricMessagesReceived: 1,
+		metrics.MetricBytesSent: 1, metrics.MetricBytesReceived: 1,
+		metrics.MetricMalformedMessages: 1, metrics.MetricDroppedMessages: 1,
+		metrics.MetricRejectedRequests: 1, metrics.MetricReceiveHandOvers: 1,
+		metrics.MetricReleasedTwice: 1,
+	}
+	switch role {
+	case message.RoleServer:
+		s[metrics.MetricServerHandle] = 2
+	case message.RoleWorker:
+		s[metrics.MetricWorkerRoundTrip] = 6
+	case message.RoleScheduler:
+		s["elasticps_migrations_total"] = 3
+		s["elasticps_migration_stall_seconds"] = 1
+		s["elasticps_routing_epoch"] = 1
+	}
+	return s
 }
 
 // projectFamilies gathers g and returns the elasticps_ families with their
@@ -200,8 +207,7 @@ func projectFamilies(t *testing.T, g prometheus.Gatherer) (map[string]int, bool)
 }
 
 // TestNodeScrapeShowsEveryFamily: a node of each role with its elastic
-// link shows every family it showed before the elastic ones moved here,
-// with the same series; without a link (a node of a job that is not
+// link shows the families of its role (nodeSeries); without a link (a node of a job that is not
 // elastic) it shows none of the elastic ones.
 func TestNodeScrapeShowsEveryFamily(t *testing.T) {
 	for _, role := range []message.Role{message.RoleScheduler, message.RoleServer, message.RoleWorker} {
@@ -221,15 +227,19 @@ func TestNodeScrapeShowsEveryFamily(t *testing.T) {
 			require.NoError(t, err)
 			got, runtime = projectFamilies(t, po.Metrics())
 			assert.True(t, runtime, "go_* and process_* collectors")
-			assert.Equal(t, nodeSeries, got)
+			assert.Equal(t, nodeSeries(role), got)
 
 			// the link's metrics are the node's: whoever asks its registry
 			// gets the same families
 			m, err := NewMetrics(po.Metrics())
 			require.NoError(t, err)
 			assert.Same(t, l.Metrics().ControlUnansweredTotal, m.ControlUnansweredTotal)
-			m.RoutingEpoch.Set(5)
-			assert.Equal(t, 5.0, testutil.ToFloat64(l.Metrics().RoutingEpoch))
+			if role == message.RoleScheduler {
+				m.RoutingEpoch.Set(5)
+				assert.Equal(t, 5.0, testutil.ToFloat64(l.Metrics().RoutingEpoch))
+			} else {
+				assert.Nil(t, m.RoutingEpoch, "the coordinator's families are the scheduler's")
+			}
 		})
 	}
 }
@@ -241,10 +251,10 @@ func TestNewLinkFailsOnAConflictingFamily(t *testing.T) {
 		SchedulerHost: "127.0.0.1", SchedulerPort: 1, NodeHost: "127.0.0.1"})
 	require.NoError(t, err)
 	t.Cleanup(po.Stop)
-	po.Metrics().MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "elasticps_migrations_total", Help: "Something else."}))
+	po.Metrics().MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "elasticps_elastic_unanswered_total", Help: "Something else."}))
 	l, err := NewLink(po)
 	assert.Nil(t, l)
-	assert.ErrorContains(t, err, "elasticps_migrations_total")
+	assert.ErrorContains(t, err, "elasticps_elastic_unanswered_total")
 	assert.ErrorContains(t, err, "elastic: metrics: ")
 
 	// the elastic app was not registered: its id is free
@@ -252,4 +262,28 @@ func TestNewLinkFailsOnAConflictingFamily(t *testing.T) {
 	assert.NoError(t, err)
 	_, err = kv.NewSimpleApp(po, AppID, AppID)
 	assert.Error(t, err, "an app id is registered once per node")
+}
+
+// Nodes other than the scheduler, where the coordinator runs, have only
+// the family of unanswered control requests.
+func TestMetricsOnlyTheSchedulerHasTheCoordinators(t *testing.T) {
+	for role, want := range map[string]int{"scheduler": len(metricNames), "server": 1, "worker": 1} {
+		r := metrics.NewNodeRegistry(role)
+		m, err := NewMetrics(r)
+		require.NoError(t, err)
+		m.ControlUnansweredTotal.WithLabelValues("8", "routes").Inc()
+		if role == "scheduler" {
+			m.RoutingEpoch.Set(1)
+			m.ServerLoadBytes.WithLabelValues("8").Set(1)
+			m.ServerLoadRequests.WithLabelValues("8").Set(1)
+			m.MigrationStallSeconds.Observe(1)
+		}
+		n := 0
+		for _, name := range metricNames {
+			if c, err := testutil.GatherAndCount(r, name); err == nil && c > 0 {
+				n++
+			}
+		}
+		assert.Equal(t, want, n, role)
+	}
 }

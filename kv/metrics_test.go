@@ -50,18 +50,18 @@ func TestMetricsCountOperations(t *testing.T) {
 		series string
 		want   float64
 	}{
-		{`elasticps_worker_round_trip_seconds_count{kind="push",part="total"}`, pushes},
-		{`elasticps_worker_round_trip_seconds_count{kind="push",part="handling"}`, pushes},
-		{`elasticps_worker_round_trip_seconds_count{kind="push",part="network"}`, pushes},
-		{`elasticps_worker_round_trip_seconds_count{kind="pull",part="total"}`, pulls},
+		{`elasticps_worker_round_trip_seconds_count{kind="push",part="total",role="worker"}`, pushes},
+		{`elasticps_worker_round_trip_seconds_count{kind="push",part="handling",role="worker"}`, pushes},
+		{`elasticps_worker_round_trip_seconds_count{kind="push",part="network",role="worker"}`, pushes},
+		{`elasticps_worker_round_trip_seconds_count{kind="pull",part="total",role="worker"}`, pulls},
 	} {
 		assert.Equal(t, c.want, sample(t, wp, c.series), c.series)
 	}
 	// each operation sent one request to each of the two servers
 	handled := 0.0
 	for _, s := range j.Servers {
-		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="push"}`)
-		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="pull"}`)
+		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="push",role="server"}`)
+		handled += sample(t, s, `elasticps_server_request_handle_seconds_count{kind="pull",role="server"}`)
 	}
 	assert.EqualValues(t, 2*(pushes+pulls), handled, "requests the servers handled")
 	sent := sample(t, wp, `elasticps_messages_sent_total{role="worker"}`)

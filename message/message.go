@@ -5,6 +5,7 @@ package message
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -153,7 +154,7 @@ func (n Node) String() string {
 	if n.ID != Empty {
 		id = fmt.Sprint(n.ID)
 	}
-	s := fmt.Sprintf("%s[id=%s, %s:%d]", n.Role, id, n.Hostname, n.Port)
+	s := fmt.Sprintf("%s[id=%s, %s:%s]", n.Role, id, n.Hostname, idString(n.Port))
 	if n.IsRecovery {
 		s += " recovery"
 	}
@@ -229,7 +230,7 @@ func (m *Message) AddData(t DataType, b []byte) {
 
 func (m *Meta) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d => %d", m.Sender, m.Recver)
+	fmt.Fprintf(&b, "%s => %s", idString(m.Sender), idString(m.Recver))
 	if m.Timestamp != Empty {
 		fmt.Fprintf(&b, " ts=%d", m.Timestamp)
 	}
@@ -246,8 +247,8 @@ func (m *Meta) String() string {
 		}
 		b.WriteString("}")
 	} else {
-		fmt.Fprintf(&b, " app=%d customer=%d request=%v push=%v pull=%v simple_app=%v head=%d",
-			m.AppID, m.CustomerID, m.Request, m.Push, m.Pull, m.SimpleApp, m.Head)
+		fmt.Fprintf(&b, " app=%s customer=%s request=%v push=%v pull=%v simple_app=%v head=%s",
+			idString(m.AppID), idString(m.CustomerID), m.Request, m.Push, m.Pull, m.SimpleApp, idString(m.Head))
 		if len(m.Body) > 0 {
 			fmt.Fprintf(&b, " body=%q", m.Body)
 		}
@@ -256,4 +257,25 @@ func (m *Meta) String() string {
 		}
 	}
 	return b.String()
+}
+
+// String is the meta's String followed by the size in bytes of each data
+// frame, as ps-lite's debug string gives them (data_size=), which is what
+// PS_VERBOSE=2 logs.
+func (m *Message) String() string {
+	var b strings.Builder
+	b.WriteString(m.Meta.String())
+	for _, d := range m.Data {
+		fmt.Fprintf(&b, " data_size=%d", len(d))
+	}
+	return b.String()
+}
+
+// idString renders an id, app id, customer id or head, "unassigned" for
+// Empty (the INT_MAX of ps-lite's unset fields).
+func idString(v int32) string {
+	if v == Empty {
+		return "unassigned"
+	}
+	return strconv.Itoa(int(v))
 }

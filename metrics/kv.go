@@ -88,30 +88,49 @@ func (m *KVMetrics) ObserveRoundTrip(pull bool, rtt, handling time.Duration) {
 	}
 }
 
-// NewKVMetrics registers the kv families in r. Calling it again on the same
-// registry returns the same families, so several nodes in one process can
-// share them.
+// NewKVMetrics registers the kv families in r: on a NewNodeRegistry, the
+// server's family on a server and the worker's on a worker (the other
+// field stays nil and its Observe method does nothing). Calling it again
+// on the same registry returns the same families, so several nodes in one
+// process can share them.
 func NewKVMetrics(r *Registry) (*KVMetrics, error) {
 	var m KVMetrics
 	var err1, err2 error
-	m.ServerHandleSeconds, err1 = GetOrRegister(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    MetricServerHandle,
-		Help:    "Time a server spends handling one request, by kind (push, pull).",
-		Buckets: LatencyBuckets,
-	}, []string{"kind"}))
-	m.WorkerRoundTripSeconds, err2 = GetOrRegister(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    MetricWorkerRoundTrip,
-		Help:    "Worker request round trip by kind (push, pull) and part (total; handling, as reported by the server; network, the rest).",
-		Buckets: LatencyBuckets,
-	}, []string{"kind", "part"}))
+	for i := range kinds {
+		m.serverHandle[i] = noObserver
+		for j := range parts {
+			m.roundTrip[i][j] = noObserver
+		}
+	}
+	if r.takes("server") {
+		m.ServerHandleSeconds, err1 = GetOrRegister(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricServerHandle,
+			Help:    "Time a server spends handling one request, by kind (push, pull).",
+			Buckets: LatencyBuckets,
+		}, []string{"kind"}))
+	}
+	if r.takes("worker") {
+		m.WorkerRoundTripSeconds, err2 = GetOrRegister(r, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricWorkerRoundTrip,
+			Help:    "Worker request round trip by kind (push, pull) and part (total; handling, as reported by the server; network, the rest).",
+			Buckets: LatencyBuckets,
+		}, []string{"kind", "part"}))
+	}
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}
 	for i, kind := range kinds {
-		m.serverHandle[i] = m.ServerHandleSeconds.WithLabelValues(kind)
+		if m.ServerHandleSeconds != nil {
+			m.serverHandle[i] = m.ServerHandleSeconds.WithLabelValues(kind)
+		}
 		for j, part := range parts {
-			m.roundTrip[i][j] = m.WorkerRoundTripSeconds.WithLabelValues(kind, part)
+			if m.WorkerRoundTripSeconds != nil {
+				m.roundTrip[i][j] = m.WorkerRoundTripSeconds.WithLabelValues(kind, part)
+			}
 		}
 	}
 	return &m, nil
 }
+
+// noObserver stands for a family this node's registry does not take.
+var noObserver = prometheus.ObserverFunc(func(float64) {})

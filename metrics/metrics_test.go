@@ -137,7 +137,7 @@ elasticps_messages_sent_total{role="worker"} 11
 # TYPE elasticps_receive_handovers_total counter
 elasticps_receive_handovers_total{role="server"} 0
 elasticps_receive_handovers_total{role="worker"} 18
-# HELP elasticps_rejected_requests_total Control requests the scheduler refused.
+# HELP elasticps_rejected_requests_total Control messages the node refused as invalid; it kept serving.
 # TYPE elasticps_rejected_requests_total counter
 elasticps_rejected_requests_total{role="server"} 0
 elasticps_rejected_requests_total{role="worker"} 17
@@ -505,5 +505,71 @@ func BenchmarkScrape(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		require.NoError(b, r.WriteText(io.Discard))
+	}
+}
+
+// A node registry labels every series it gathers with the node's role,
+// the runtime's and the kv layer's too, and keeps a role of a series' own;
+// GetOrRegister still finds what was registered before.
+func TestNodeRegistryLabelsEverySeries(t *testing.T) {
+	r := NewNodeRegistry("server")
+	km, err := NewKVMetrics(r)
+	require.NoError(t, err)
+	km.ObserveServerHandle(true, time.Millisecond)
+	require.NoError(t, NodeMetrics(r, "server", fakeStats{base: 1}))
+	again, err := NewKVMetrics(r)
+	require.NoError(t, err)
+	assert.Same(t, km.ServerHandleSeconds, again.ServerHandleSeconds)
+
+	fams, err := r.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, f := range fams {
+		names[f.GetName()] = true
+		for _, m := range f.GetMetric() {
+			var roles []string
+			for i, l := range m.GetLabel() {
+				if l.GetName() == "role" {
+					roles = append(roles, l.GetValue())
+				}
+				if i > 0 {
+					assert.Less(t, m.GetLabel()[i-1].GetName(), l.GetName(), "labels of %s sorted", f.GetName())
+				}
+			}
+			assert.Equal(t, []string{"server"}, roles, f.GetName())
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", MetricServerHandle, MetricBytesReceived} {
+		assert.True(t, names[name], name)
+	}
+	assert.Equal(t, uint64(1), must(histogram(t, r, MetricServerHandle, "kind", KindPull, "role", "server")))
+}
+
+func must[A, B any](a A, _ B) A { return a }
+
+// The kv families go to the roles that observe them; a registry of
+// NewRegistry takes both, and a role's Observe of the other's does nothing.
+func TestKVMetricsByRole(t *testing.T) {
+	for _, tc := range []struct {
+		role string
+		want []string
+	}{
+		{"server", []string{MetricServerHandle}},
+		{"worker", []string{MetricWorkerRoundTrip}},
+		{"scheduler", nil},
+		{"", kvMetricNames},
+	} {
+		r := NewNodeRegistry(tc.role)
+		km, err := NewKVMetrics(r)
+		require.NoError(t, err)
+		km.ObserveServerHandle(false, time.Millisecond)
+		km.ObserveRoundTrip(false, 2*time.Millisecond, time.Millisecond)
+		var got []string
+		for _, name := range kvMetricNames {
+			if n, err := testutil.GatherAndCount(r, name); err == nil && n > 0 {
+				got = append(got, name)
+			}
+		}
+		assert.Equal(t, tc.want, got, "role %q", tc.role)
 	}
 }

@@ -19,7 +19,7 @@ type StatsSource interface {
 	MalformedMessages() int64
 	// DroppedMessages counts valid messages that had nowhere to go.
 	DroppedMessages() int64
-	// RejectedRequests counts control requests the scheduler refused.
+	// RejectedRequests counts control messages the node refused.
 	RejectedRequests() int64
 	// ReceiveHandOvers counts the times a handler held the receive loop
 	// so long that receiving went on in a new goroutine.
@@ -123,7 +123,7 @@ func NodeMetrics(r *Registry, role string, stats StatsSource) error {
 		counter(MetricBytesReceived, "Bytes received by the node (meta and payload).", stats.ReceivedBytes),
 		counter(MetricMalformedMessages, "Messages the transport rejected as malformed; the node kept serving.", stats.MalformedMessages),
 		counter(MetricDroppedMessages, "Valid messages dropped because nothing was there to take them.", stats.DroppedMessages),
-		counter(MetricRejectedRequests, "Control requests the scheduler refused.", stats.RejectedRequests),
+		counter(MetricRejectedRequests, "Control messages the node refused as invalid; it kept serving.", stats.RejectedRequests),
 		counter(MetricReceiveHandOvers, "Times a message handler ran on the receive goroutine so long that receiving went on in a new goroutine.", stats.ReceiveHandOvers),
 		counter(MetricReleasedTwice, "Received messages released twice, in the whole process (a bug in a consumer: the second release was refused); 0 in a correct program.", stats.ReleasedTwice),
 	)

@@ -14,17 +14,64 @@ package metrics
 import (
 	"errors"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
 
 // Registry is one node's metrics. It embeds the client_golang registry, so
 // it is a prometheus.Registerer and prometheus.Gatherer and takes any
-// collector; the zero value is not usable, use NewRegistry.
+// collector; the zero value is not usable, use NewRegistry or
+// NewNodeRegistry.
 type Registry struct {
 	*prometheus.Registry
+	role string // NewNodeRegistry's; "" for NewRegistry
+}
+
+// NewNodeRegistry is NewRegistry for the node of role ("scheduler",
+// "server" or "worker"): every series it gathers carries the label
+// role=role (a series with a role label of its own keeps it), and the
+// families of this package and of package elastic register only on the
+// roles that observe them (see Role).
+func NewNodeRegistry(role string) *Registry {
+	r := NewRegistry()
+	r.role = role
+	return r
+}
+
+// Role is NewNodeRegistry's role, "" for a registry of NewRegistry, which
+// takes every family.
+func (r *Registry) Role() string { return r.role }
+
+// takes reports whether families observed on role belong in r.
+func (r *Registry) takes(role string) bool { return r.role == "" || r.role == role }
+
+// Gather implements prometheus.Gatherer: the embedded registry's families,
+// with the role label added to every series of a NewNodeRegistry. The
+// label is added here rather than at registration, so that GetOrRegister
+// still finds the collectors registered before.
+func (r *Registry) Gather() ([]*dto.MetricFamily, error) {
+	fams, err := r.Registry.Gather()
+	if r.role == "" {
+		return fams, err
+	}
+	name, value := "role", r.role
+	label := &dto.LabelPair{Name: &name, Value: &value} // shared, read only
+	for _, f := range fams {
+		for _, m := range f.Metric {
+			i, found := slices.BinarySearchFunc(m.Label, "role", func(l *dto.LabelPair, name string) int {
+				return strings.Compare(l.GetName(), name)
+			})
+			if !found {
+				m.Label = slices.Insert(m.Label, i, label)
+			}
+		}
+	}
+	return fams, err
 }
 
 // NewRegistry returns a registry holding the Go runtime collector (go_*)

@@ -78,15 +78,13 @@ func (p *Postoffice) receiveLoop() {
 			return
 		}
 		size := messageBytes(m)
-		p.stats.MsgsRecv.Add(1)
-		p.stats.BytesRecv.Add(int64(size))
 		if p.cfg.DropPercent > 0 && p.isReady() && rand.IntN(100) < p.cfg.DropPercent {
 			p.log.Warn("PS_DROP_MSG: dropping", "msg", m.Meta.String())
 			p.Release(m)
 			continue
 		}
 		if p.cfg.Verbose >= 2 {
-			p.log.Info("recv", "msg", m.Meta.String())
+			p.log.Info("recv", "message", m.String())
 		}
 		if p.resender != nil && p.resender.addIncoming(m) {
 			p.Release(m) // a duplicate or an ACK: nothing keeps it

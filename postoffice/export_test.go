@@ -1,6 +1,10 @@
 package postoffice
 
-import "github.com/elasticps/elasticps/message"
+import (
+	"time"
+
+	"github.com/elasticps/elasticps/message"
+)
 
 // What the whole-job tests (package postoffice_test, which run jobs with
 // internal/jobtest, which imports this package) need of the internals.
@@ -31,4 +35,12 @@ func (p *Postoffice) KillGossip() {
 		_ = p.member.Shutdown()
 		p.member = nil
 	}
+}
+
+// SetWaitReport makes nodes report a wait after first, then every max at
+// most; the returned function restores the defaults.
+func SetWaitReport(first, max time.Duration) (restore func()) {
+	f, m := waitReportFirst, waitReportMax
+	waitReportFirst, waitReportMax = first, max
+	return func() { waitReportFirst, waitReportMax = f, m }
 }

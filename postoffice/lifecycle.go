@@ -69,6 +69,7 @@ func (p *Postoffice) startOnce() error {
 	me := p.myNode
 	p.mu.Unlock()
 	p.vlog(1, "bound", "node", me.String())
+	p.announceUp(me)
 	p.startTime = time.Now()
 	if err := p.serveMetrics(); err != nil {
 		return err
@@ -86,6 +87,7 @@ func (p *Postoffice) startOnce() error {
 	}
 	p.started = true
 	p.startReceiving()
+	go p.reportUntilReady()
 	return nil
 }
 

@@ -78,15 +78,20 @@ type Postoffice struct {
 	member   *membership.Member
 
 	gone goneTable // nodes the job lost (gone.go)
+
+	waitReport waitReport // when to report a long wait for the job (wait.go)
 }
 
 // Stats are monotonically increasing counters.
 type Stats struct {
+	// Every message the transport took or delivered, data and control
+	// (acknowledgements, resends and a node's TERMINATE to itself too);
+	// bytes are meta and payload.
 	MsgsSent, MsgsRecv   atomic.Int64
 	BytesSent, BytesRecv atomic.Int64
 	Malformed            atomic.Int64 // messages rejected by the transport
 	Dropped              atomic.Int64 // valid messages that had nowhere to go
-	Rejected             atomic.Int64 // control requests the scheduler refused
+	Rejected             atomic.Int64 // control messages the node refused
 	// HandOvers counts the times a customer's handler held the receive
 	// goroutine longer than Config.InlineHandOver, so that the receive
 	// loop went on in a new goroutine.
@@ -116,8 +121,10 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		barrierWait: map[int32]chan struct{}{},
 		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
 		ranges:      routing.KeyRanges(cfg.NumServers),
+		waitReport:  waitReport{waitReportFirst, waitReportMax},
 	}
-	p.reg = metrics.NewRegistry()
+	p.tr = countingTransport{Transport: tr, stats: &p.stats}
+	p.reg = metrics.NewNodeRegistry(cfg.Role.String())
 	st := &p.stats
 	if err := metrics.NodeMetrics(p.reg, cfg.Role.String(), metrics.StatsFuncs{
 		MsgsSent: st.MsgsSent.Load, MsgsRecv: st.MsgsRecv.Load, BytesSent: st.BytesSent.Load,

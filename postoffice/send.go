@@ -2,7 +2,7 @@ package postoffice
 
 import "github.com/elasticps/elasticps/message"
 
-// Send sends a data message: it fills in Sender, counts, logs at
+// Send sends a data message: it fills in Sender, logs at
 // PS_VERBOSE=2 and hands it to the resender when enabled.
 func (p *Postoffice) Send(m *message.Message) (int, error) {
 	select {
@@ -15,13 +15,11 @@ func (p *Postoffice) Send(m *message.Message) (int, error) {
 	if err != nil {
 		return n, err
 	}
-	p.stats.MsgsSent.Add(1)
-	p.stats.BytesSent.Add(int64(n))
 	if p.resender != nil {
 		p.resender.addOutgoing(m)
 	}
 	if p.cfg.Verbose >= 2 {
-		p.log.Info("send", "msg", m.Meta.String())
+		p.log.Info("send", "message", m.String())
 	}
 	return n, nil
 }

@@ -37,3 +37,35 @@ func Open(cfg Config) (*Postoffice, error) {
 	}
 	return p, nil
 }
+
+// countingTransport counts, in stats, every message that passes through
+// the node's transport, whoever sends it (Send, the resender, Stop), meta
+// and payload bytes alike, as the node's metrics promise.
+type countingTransport struct {
+	van.Transport
+	stats *Stats
+}
+
+// Send implements van.Transport; the transports return meta + payload
+// bytes.
+func (c countingTransport) Send(m *message.Message) (int, error) {
+	n, err := c.Transport.Send(m)
+	if err == nil {
+		c.stats.MsgsSent.Add(1)
+		c.stats.BytesSent.Add(int64(n))
+	}
+	return n, err
+}
+
+// Recv implements van.Transport. The meta's size is its encoding's, as
+// the sender's transport counted it.
+func (c countingTransport) Recv() (*message.Message, error) {
+	m, err := c.Transport.Recv()
+	if err == nil {
+		c.stats.MsgsRecv.Add(1)
+		c.stats.BytesRecv.Add(int64(m.Meta.EncodedLen() + messageBytes(m)))
+	}
+	return m, err
+}
+
+var _ van.Transport = countingTransport{}

@@ -701,6 +701,10 @@ func (s *State) Tick(now time.Time) Actions {
 	return a
 }
 
+// Registered is the number of nodes of role r that registered while the
+// job is incomplete (0 once it is complete).
+func (s *State) Registered(r message.Role) int { return s.count(r) }
+
 // Waiting is the number of restarted nodes waiting for a dead node.
 func (s *State) Waiting() int { return len(s.waiting) }
 

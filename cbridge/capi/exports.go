@@ -68,6 +68,12 @@ func ps_env_set(key, value *C.ps_cchar) {
 //export ps_env_clear
 func ps_env_clear() { clearEnvOverrides() }
 
+//export ps_log
+func ps_log(severity C.int, file *C.ps_cchar, line C.int, msg *C.ps_cchar, n C.size_t) {
+	logCPP(int(severity), C.GoString((*C.char)(unsafe.Pointer(file))), int(line),
+		string(cslice[byte](unsafe.Pointer(msg), n)))
+}
+
 //export ps_release
 func ps_release(release C.uint64_t) {
 	if release != 0 {

@@ -14,15 +14,15 @@ import (
 
 	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/elastic/coord"
+	"github.com/elasticps/elasticps/internal/logfmt"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
-// Logger is the logger of a node process: text to stderr, level info.
-func Logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
+// Logger is the logger of a node process: logfmt's, to stderr, level info
+// (the C++ bridge's nodes log the same way).
+func Logger() *slog.Logger { return logfmt.New(os.Stderr, slog.LevelInfo) }
 
 // Config reads the node configuration from the environment, checking that
 // DMLC_ROLE is role, the role the command runs ("" = any).

@@ -107,6 +107,16 @@ func (t *Transport) readLoop(c net.Conn) {
 	defer t.untrack(c)
 	sender, err := readHello(c, t.cfg.HandshakeTimeout)
 	if err != nil {
+		if errors.Is(err, errZMTP) {
+			// Once per host: a ZeroMQ dialer reconnects from a new port
+			// every time.
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			if host == "" {
+				host = c.RemoteAddr().String()
+			}
+			t.mismatch(host)
+			return
+		}
 		if errors.Is(err, errBadHello) {
 			t.deliver(inItem{err: &van.FrameError{Peer: c.RemoteAddr().String(), Err: err}})
 		} else if !t.closed.Load() {

@@ -45,7 +45,8 @@ type peer struct {
 	dialing bool     // a dialLoop runs
 	retired bool     // replaced or closed: no new messages
 	linger  time.Time
-	queue   []queued // messages accepted while not connected
+	queue   []queued      // messages accepted while not connected
+	wait    time.Duration // delay before the next dial: the last connection was short-lived
 
 	// Reused for every direct write; guarded by mu.
 	scratch []byte      // header + meta + coalesced small frames
@@ -242,6 +243,15 @@ func (p *peer) dialLoop() {
 	t := p.t
 	backoff := redialMin
 	d := net.Dialer{Timeout: 2 * time.Second}
+	p.mu.Lock()
+	wait := p.wait
+	p.mu.Unlock()
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-t.done:
+		}
+	}
 	for {
 		p.mu.Lock()
 		if t.closed.Load() || p.retired && (len(p.queue) == 0 || time.Now().After(p.linger)) {
@@ -305,11 +315,19 @@ func (p *peer) install(c net.Conn) bool {
 
 // watch notices that the peer closed an otherwise idle connection (the
 // peer never writes on it, so any read return means it is gone) and
-// redials at once, rather than at the next failed write.
+// redials. Bytes arriving mean the listener is not an elasticps tcp van: a
+// ZeroMQ greeting is reported (Transport.mismatch). A connection that the
+// peer drops soon after it was made makes the next redial wait, doubling
+// up to redialMax, so that a peer that accepts and drops (or greets in
+// another protocol) is not redialled in a busy loop.
 func (p *peer) watch(c net.Conn) {
 	defer p.t.wg.Done()
-	var b [1]byte
-	_, _ = c.Read(b[:])
+	since := time.Now()
+	var b [zmtpSignatureLen]byte
+	n, _ := io.ReadFull(c, b[:])
+	if isZMTPSignature(b[:n]) {
+		p.t.mismatch(p.addr)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.conn != c {
@@ -317,8 +335,13 @@ func (p *peer) watch(c net.Conn) {
 	}
 	p.t.untrack(c)
 	p.conn = nil
+	if time.Since(since) < shortLived {
+		p.wait = min(max(2*p.wait, redialMin), redialMax)
+	} else {
+		p.wait = 0
+	}
 	if !p.retired && !p.t.closed.Load() {
-		p.t.log.Debug("van/tcp: peer closed the connection; redialling", "node", p.id, "addr", p.addr)
+		p.t.log.Debug("van/tcp: peer closed the connection; redialling", "node", p.id, "addr", p.addr, "in", p.wait)
 		p.startDialLocked()
 	}
 }
@@ -370,13 +393,22 @@ func writeHello(c net.Conn, id int32) error {
 	return c.SetWriteDeadline(time.Time{})
 }
 
-// readHello reads and checks the hello on an accepted connection.
+// readHello reads and checks the hello on an accepted connection. It
+// reads the first zmtpSignatureLen bytes on their own, since a ZeroMQ
+// dialer sends just its signature and waits for ours: errZMTP says so at
+// once, rather than after the timeout.
 func readHello(c net.Conn, timeout time.Duration) (int32, error) {
 	var h [helloLen]byte
 	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
 		return 0, err
 	}
-	if _, err := io.ReadFull(c, h[:]); err != nil {
+	if _, err := io.ReadFull(c, h[:zmtpSignatureLen]); err != nil {
+		return 0, err
+	}
+	if isZMTPSignature(h[:zmtpSignatureLen]) {
+		return 0, errZMTP
+	}
+	if _, err := io.ReadFull(c, h[zmtpSignatureLen:]); err != nil {
 		return 0, err
 	}
 	if [4]byte(h[:4]) != helloMagic {
@@ -391,4 +423,28 @@ func readHello(c net.Conn, timeout time.Duration) (int32, error) {
 	return int32(binary.LittleEndian.Uint32(h[8:])), nil
 }
 
-var errBadHello = errors.New("not an elasticps tcp van connection (bad hello)")
+var (
+	errBadHello = errors.New("not an elasticps tcp van connection (bad hello)")
+	// errZMTP: the peer opened with a ZeroMQ greeting (van/zmq, C++
+	// ps-lite): the job mixes van types.
+	errZMTP = errors.New("the peer speaks ZeroMQ (ZMTP)")
+)
+
+// zmtpSignatureLen is the length of the signature that opens every ZMTP
+// 2.0/3.x greeting: 0xFF, 8 bytes (a length), 0x7F.
+const zmtpSignatureLen = 10
+
+// isZMTPSignature reports whether b starts with a ZMTP signature.
+func isZMTPSignature(b []byte) bool {
+	return len(b) >= zmtpSignatureLen && b[0] == 0xFF && b[zmtpSignatureLen-1] == 0x7F
+}
+
+// mismatch logs, once per peer address, that the peer at addr speaks
+// ZeroMQ: the job's nodes do not agree on the van type, and no message
+// will ever pass between these two.
+func (t *Transport) mismatch(addr string) {
+	if _, seen := t.zmtpPeers.LoadOrStore(addr, true); seen {
+		return
+	}
+	t.log.Error("a peer at " + addr + " speaks ZeroMQ (ZMTP); this node uses DMLC_PS_VAN_TYPE=tcp: set the same van type on every node")
+}

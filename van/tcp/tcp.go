@@ -96,6 +96,10 @@ const (
 	// redialMin and redialMax bound the back-off between dial attempts.
 	redialMin, redialMax = 10 * time.Millisecond, time.Second
 
+	// shortLived: a connection the peer drops sooner than this makes the
+	// next redial back off (peer.watch).
+	shortLived = time.Second
+
 	// replacedLinger is how long a peer replaced by Connect may keep trying
 	// to deliver the messages it had queued (the ZMQ van's linger).
 	replacedLinger = time.Second
@@ -148,6 +152,8 @@ type Transport struct {
 	conns   map[net.Conn]struct{} // every open connection, closed by Close
 	ln      net.Listener
 	ipcPath string // socket file Bind created in Local mode
+
+	zmtpPeers sync.Map // address -> true: peers reported as speaking ZeroMQ
 
 	closeOnce sync.Once
 }

@@ -2,7 +2,9 @@
  * dmlc/logging.h for the elasticps bridge: LOG(...) and CHECK(...) as ps-lite
  * programs use them.
  *
- *  - LOG(INFO|WARNING|ERROR) << ...   writes one line to stderr.
+ *  - LOG(INFO|WARNING|ERROR) << ...   writes one line to stderr, through the
+ *    library (ps_log), in the format of the job's Go nodes: time to the
+ *    millisecond, level, the message, the node's role and file:line.
  *  - LOG(FATAL) << ... and failed CHECKs log the message and throw
  *    dmlc::Error (with DMLC_LOG_FATAL_THROW=0: abort instead). Uncaught,
  *    the process aborts (exit status 134), as with ps-lite.
@@ -15,7 +17,7 @@
 #define DMLC_LOGGING_H_
 
 #include <assert.h>
-#include <time.h>
+#include <stddef.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -51,41 +53,32 @@ struct Error : public std::runtime_error {
 /* Logging needs no initialisation; kept for source compatibility. */
 inline void InitLogging(const char * /*argv0*/) {}
 
-namespace logging_detail {
+/* Severities, as ps_log takes them. */
+enum LogSeverity { kLogInfo = 0, kLogWarning = 1, kLogError = 2, kLogFatal = 3 };
 
-/* "HH:MM:SS file:line: " */
-inline void WritePrefix(std::ostream &os, const char *file, int line) {
-  char stamp[16] = "??:??:??";
-  time_t now = time(nullptr);
-  struct tm tm_now;
-  if (localtime_r(&now, &tm_now) != nullptr) {
-    strftime(stamp, sizeof(stamp), "%H:%M:%S", &tm_now);
-  }
-  os << '[' << stamp << "] " << file << ':' << line << ": ";
-}
+}  // namespace dmlc
 
-/* One write per line, so lines of concurrent threads do not interleave. */
-inline void Emit(const std::string &line) {
-  std::fwrite(line.data(), 1, line.size(), stderr);
-  std::fflush(stderr);
-}
+/* Defined by libps: logs one line of C++ code in the nodes' format. */
+extern "C" void ps_log(int severity, const char *file, int line, const char *msg, size_t len);
 
-}  // namespace logging_detail
+namespace dmlc {
 
-/* One LOG(INFO|WARNING|ERROR) statement: buffers, then writes a line. */
+/* One LOG(INFO|WARNING|ERROR) statement: buffers, then logs one line. */
 class LogMessage {
  public:
-  LogMessage(const char *file, int line) {
-    logging_detail::WritePrefix(stream_, file, line);
-  }
+  LogMessage(const char *file, int line, int severity = kLogInfo)
+      : file_(file), line_(line), severity_(severity) {}
   ~LogMessage() {
-    stream_ << '\n';
-    logging_detail::Emit(stream_.str());
+    std::string msg = stream_.str();
+    ps_log(severity_, file_, line_, msg.data(), msg.size());
   }
   std::ostream &stream() { return stream_; }
 
  private:
   std::ostringstream stream_;
+  const char *file_;
+  int line_;
+  int severity_;
   LogMessage(const LogMessage &) = delete;
   void operator=(const LogMessage &) = delete;
 };
@@ -93,17 +86,17 @@ class LogMessage {
 /* One LOG(FATAL) statement or failed CHECK: logs, then throws (or aborts). */
 class LogMessageFatal {
  public:
-  LogMessageFatal(const char *file, int line) {
-    logging_detail::WritePrefix(stream_, file, line);
-  }
+  LogMessageFatal(const char *file, int line) : file_(file), line_(line) {}
   std::ostringstream &stream() { return stream_; }
   // Throwing from a destructor is how the statement form
   // `LOG(FATAL) << a << b;` can raise after the message is complete.
   ~LogMessageFatal() DMLC_THROW_EXCEPTION {
     std::string msg = stream_.str();
-    logging_detail::Emit(msg + '\n');
+    ps_log(kLogFatal, file_, line_, msg.data(), msg.size());
 #if DMLC_LOG_FATAL_THROW
-    throw Error(msg);
+    std::ostringstream what;
+    what << file_ << ':' << line_ << ": " << msg;
+    throw Error(what.str());
 #else
     std::abort();
 #endif
@@ -111,6 +104,8 @@ class LogMessageFatal {
 
  private:
   std::ostringstream stream_;
+  const char *file_;
+  int line_;
   LogMessageFatal(const LogMessageFatal &) = delete;
   void operator=(const LogMessageFatal &) = delete;
 };
@@ -124,9 +119,9 @@ class LogMessageVoidify {
 
 }  // namespace dmlc
 
-#define LOG_INFO ::dmlc::LogMessage(__FILE__, __LINE__)
-#define LOG_WARNING LOG_INFO
-#define LOG_ERROR LOG_INFO
+#define LOG_INFO ::dmlc::LogMessage(__FILE__, __LINE__, ::dmlc::kLogInfo)
+#define LOG_WARNING ::dmlc::LogMessage(__FILE__, __LINE__, ::dmlc::kLogWarning)
+#define LOG_ERROR ::dmlc::LogMessage(__FILE__, __LINE__, ::dmlc::kLogError)
 #define LOG_FATAL ::dmlc::LogMessageFatal(__FILE__, __LINE__)
 #define LOG_QFATAL LOG_FATAL
 #ifdef NDEBUG

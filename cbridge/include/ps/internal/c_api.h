@@ -200,6 +200,10 @@ void ps_release(uint64_t release);
  * value removes the key. ps_env_clear removes all. */
 void ps_env_set(ps_cchar *key, ps_cchar *value);
 void ps_env_clear(void);
+/* Logs one line of C++ code (dmlc/logging.h's LOG and CHECK) in the format
+ * of the job's Go nodes. severity: 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL;
+ * msg is len bytes, not necessarily NUL-terminated. */
+void ps_log(int severity, ps_cchar *file, int line, ps_cchar *msg, size_t len);
 
 /* --- the node (ps::Postoffice) --------------------------------------- */
 
