@@ -206,7 +206,6 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 		meta.capture <- captured{res: cloneKVPairs(res)}
 		return nil
 	}
-	defer s.closeInflight(meta)
 	out := newOutMsg()
 	m := s.responseTo(meta, &out.msg)
 	if !meta.received.IsZero() {
@@ -220,6 +219,21 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 			m.AddData(message.Int32, LensToBytes(res.Lens))
 		}
 	}
+	if h, ok := meta.admitted.(ResponseHolder); ok {
+		send := func() error {
+			defer s.closeInflight(meta)
+			if err := s.send(m); err != nil {
+				return err
+			}
+			out.sent(s.po)
+			return nil
+		}
+		if h.Hold(send) {
+			return nil
+		}
+		return send()
+	}
+	defer s.closeInflight(meta)
 	if err := s.send(m); err != nil {
 		return err
 	}
