@@ -14,12 +14,14 @@ import (
 	"github.com/elasticps/elasticps/syncctl"
 )
 
-func replicatedBSP(k int) func(*postoffice.Config) {
+func replicatedSync(k int, mode syncctl.Mode) func(*postoffice.Config) {
 	return func(c *postoffice.Config) {
 		replicated(k)(c)
-		c.Sync.Mode = syncctl.BSP
+		c.Sync.Mode, c.Sync.Staleness = mode, 2
 	}
 }
+
+func replicatedBSP(k int) func(*postoffice.Config) { return replicatedSync(k, syncctl.BSP) }
 
 // bspRounds runs rounds of BSP training on every worker: push round t
 // (value t%5+1 times 1, 2, 3, 4 on keys), wait for it, pull, wait. The
@@ -87,9 +89,16 @@ func (j *elasticJob) pullAll(t *testing.T, keys []uint64) [][]float32 {
 // run; every push is acknowledged (the unacknowledged ones of the round
 // in progress were re-sent to the promoted backup and applied once) and
 // the values are the exact sums of every round of every worker.
-func TestReplicatedBSPSurvivesAServerDeath(t *testing.T) {
+func TestReplicatedBSPSurvivesAServerDeath(t *testing.T) { survivesInSync(t, syncctl.BSP) }
+
+// The same under SSP, whose pushes are forwarded one by one and counted
+// by the backups' sync controllers: the promoted backup goes on with the
+// workers' clocks (a pull it holds would otherwise never be answered).
+func TestReplicatedSSPSurvivesAServerDeath(t *testing.T) { survivesInSync(t, syncctl.SSP) }
+
+func survivesInSync(t *testing.T, mode syncctl.Mode) {
 	const ns, nw, rounds = 3, 2, 120
-	j := startJobWith(t, ns, nw, jobOpts{configure: replicatedBSP(1)})
+	j := startJobWith(t, ns, nw, jobOpts{configure: replicatedSync(1, mode)})
 	j.waitReplicated(t, 1)
 	ranges := j.workers[0].ServerKeyRanges()
 	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1, ranges[1].Begin + 2, ranges[2].Begin + 1}
@@ -139,4 +148,45 @@ func TestReplicatedBSPShipsOncePerRound(t *testing.T) {
 		assert.Equal(t, int64(0), pushes, "server %d: no push forwarded one by one", id)
 		assert.Equal(t, int64(rounds*backups[id]), states, "server %d: one state per round of each interval it backs up", id)
 	}
+}
+
+// SSP backups count the forwarded pushes' iterations: worker 1 stops
+// after 10 rounds, worker 0 goes 2 ahead (the staleness bound), then the
+// primary of the key stops. Worker 0's pull, re-sent to the promoted
+// backup, is answered at once: the backup knows worker 1 is at 10 (with
+// the clocks of its seed, 0, it would hold the pull until worker 1
+// pushed again, which it never does).
+func TestReplicatedSSPBackupKeepsClocks(t *testing.T) {
+	const rounds = 10
+	j := startJobWith(t, 3, 2, jobOpts{configure: replicatedSync(1, syncctl.SSP)})
+	r := j.waitReplicated(t, 1)
+	key := j.workers[0].ServerKeyRanges()[1].Begin + 1
+	push := func(w *kv.Worker) {
+		ts, err := kv.Push(w, []uint64{key}, []float32{1}, nil, kv.Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Wait(ts))
+	}
+	for range rounds {
+		for _, w := range j.kvw {
+			push(w)
+		}
+	}
+	push(j.kvw[0])
+	push(j.kvw[0])
+	primary := r.Intervals[r.Find(key)].Node
+	for _, po := range j.servers {
+		if po.MyNode().ID == primary {
+			po.Stop()
+		}
+	}
+	var got []float32
+	ts, err := kv.Pull(j.kvw[0], []uint64{key}, &got, nil, kv.Options{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- j.kvw[0].Wait(ts) }()
+	err = testutil.Recv(t, done, 20*time.Second, func() string {
+		return "the promoted backup holds the pull: it lost the workers' clocks"
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []float32{2*rounds + 2}, got)
 }
