@@ -259,10 +259,7 @@ func chaosBSPWorker(po *postoffice.Postoffice) error {
 			return errors.New("no signal within 80s")
 		}
 		c := float32(rounds%3 + 1)
-		vals := make([]float32, len(base))
-		for i, b := range base {
-			vals[i] = b * c
-		}
+		vals := scaled(base, c)
 		if err := do(kv.Push(w, keys, vals, nil, kv.Options{})); err != nil {
 			return fmt.Errorf("push of round %d failed after %d acknowledged: %w", rounds, rounds, err)
 		}
@@ -287,7 +284,22 @@ func chaosBSPWorker(po *postoffice.Postoffice) error {
 		}
 	}
 	fmt.Printf("chaos OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
-	err = po.Finalize(0, true)
+	return finalizeAfterLosses(po)
+}
+
+// scaled is base times c.
+func scaled(base []float32, c float32) []float32 {
+	vals := make([]float32, len(base))
+	for i, b := range base {
+		vals[i] = b * c
+	}
+	return vals
+}
+
+// finalizeAfterLosses finalizes a chaos worker: the killed servers count
+// as lost nodes (postoffice.ErrNodesLost), which it prints and accepts.
+func finalizeAfterLosses(po *postoffice.Postoffice) error {
+	err := po.Finalize(0, true)
 	fmt.Printf("finalize: %v\n", err)
 	if err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
 		return err

@@ -441,10 +441,7 @@ func chaosWorker(po *postoffice.Postoffice) error {
 			return errors.New("no signal within 45s")
 		}
 		c := float32(rounds%3 + 1)
-		vals := make([]float32, len(base))
-		for i, b := range base {
-			vals[i] = b * c
-		}
+		vals := scaled(base, c)
 		ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
 		if err != nil {
 			return fmt.Errorf("push %d: %w", rounds, err)
@@ -474,12 +471,7 @@ func chaosWorker(po *postoffice.Postoffice) error {
 		return err
 	}
 	fmt.Printf("chaos OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
-	err = po.Finalize(0, true)
-	fmt.Printf("finalize: %v\n", err)
-	if err != nil && !errors.Is(err, postoffice.ErrNodesLost) {
-		return err
-	}
-	return nil
+	return finalizeAfterLosses(po)
 }
 
 // replicaKeys are the keys of the replicated workers: two shared by the
