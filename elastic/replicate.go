@@ -105,7 +105,14 @@ func (e *serverAgent) replicate(m *message.Message, lo, hi uint64, push bool) (h
 			return false
 		}
 		f := &forwarded{m: m, lo: lo, hi: hi, dup: true}
-		if !e.holdAckLocked(lo, hi, nil, 0, func() error { e.answerDup(f); return nil }) {
+		if !e.holdAckLocked(lo, hi, nil, 0, func(fail error) error {
+			if fail != nil {
+				e.answer(m, fail)
+			} else {
+				e.answerDup(f)
+			}
+			return nil
+		}) {
 			go e.answerDup(f)
 		}
 		return true

@@ -2,6 +2,7 @@ package elastic
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"time"
 
@@ -38,8 +39,9 @@ type round struct {
 type heldAck struct {
 	keys []uint64 // nil for a duplicate: no round to wait for
 	iter int64    // the push's iteration (kv.Iteration); 0: none stated
-	send func() error
-	left int // intervals whose state must reach the backups first
+	send func(fail error) error
+	left int   // intervals whose state must reach the backups first
+	fail error // a backup could not install a state holding it
 }
 
 // holdInfo is what an admitted BSP push needs once applied.
@@ -66,7 +68,7 @@ func (e *serverAgent) shipsRounds() bool { return e.rep != nil && e.rep.bsp && e
 // Hold implements kv.ResponseHolder: a BSP push on a replicated interval
 // is applied; its acknowledgement waits for its round's state to reach
 // the backups.
-func (r *inflightReq) Hold(send func() error) bool {
+func (r *inflightReq) Hold(send func(fail error) error) bool {
 	if r.held == nil {
 		return false
 	}
@@ -86,7 +88,7 @@ func (r *inflightReq) Hold(send func() error) bool {
 // holdAckLocked registers an acknowledgement with the rounds of the
 // intervals holding [lo, hi] that have a seeded backup; false if there is
 // none (the push is on no other server to wait for). The caller holds mu.
-func (e *serverAgent) holdAckLocked(lo, hi uint64, keys []uint64, iter int64, send func() error) bool {
+func (e *serverAgent) holdAckLocked(lo, hi uint64, keys []uint64, iter int64, send func(fail error) error) bool {
 	h := &heldAck{keys: keys, iter: iter, send: send}
 	r := e.routes
 	me := e.me()
@@ -195,7 +197,10 @@ func (e *serverAgent) shipMarker(m *message.Message) bool {
 	e.mu.Lock()
 	rd.copying = false
 	if err != nil {
-		e.po.Logger().Error("elastic: the round's state could not be copied for the backups; its pushes are acknowledged without them", "begin", k.begin, "end", k.end, "err", err)
+		e.po.Logger().Error("elastic: the round's state could not be copied for the backups; its pushes fail", "begin", k.begin, "end", k.end, "err", err)
+		for _, h := range sh.batch {
+			h.fail = fmt.Errorf("the round's state could not be copied for the backups: %w", err)
+		}
 		sh.waits = nil
 	}
 	e.rep.ships = append(e.rep.ships, sh)
@@ -221,9 +226,15 @@ func (e *serverAgent) shipMarker(m *message.Message) bool {
 func (e *serverAgent) shipDone(sh *shipment, b int32, err error) {
 	e.mu.Lock()
 	if err != nil {
-		// The pushes are applied here and cannot be taken back: they are
-		// acknowledged, and the backup holds the previous round's copy.
-		e.po.Logger().Error("elastic: a backup failed to install a round's state", "backup", b, "begin", sh.rd.key.begin, "end", sh.rd.key.end, "err", err)
+		// Not acknowledged: the pushes are on this server only (a backup
+		// whose table names another primary refused them). Their workers'
+		// Wait returns the error; applied here, they count at most once.
+		e.po.Logger().Error("elastic: a backup failed to install a round's state; the round's pushes fail", "backup", b, "begin", sh.rd.key.begin, "end", sh.rd.key.end, "err", err)
+		for _, h := range sh.batch {
+			if h.fail == nil {
+				h.fail = fmt.Errorf("backup server %d could not install the round's state: %w", b, err)
+			}
+		}
 	}
 	if b >= 0 {
 		if !slices.Contains(sh.waits, b) {
@@ -246,7 +257,7 @@ func (e *serverAgent) shipDone(sh *shipment, b int32, err error) {
 	}
 	e.mu.Unlock()
 	for _, h := range send {
-		if err := h.send(); err != nil {
+		if err := h.send(h.fail); err != nil {
 			e.po.Logger().Error("elastic: acknowledgement of a replicated push not sent", "err", err)
 		}
 	}

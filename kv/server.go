@@ -220,7 +220,10 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 		}
 	}
 	if h, ok := meta.admitted.(ResponseHolder); ok {
-		send := func() error {
+		send := func(fail error) error {
+			if fail != nil {
+				return s.sendError(meta, fail)
+			}
 			defer s.closeInflight(meta)
 			if err := s.send(m); err != nil {
 				return err
@@ -231,7 +234,7 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 		if h.Hold(send) {
 			return nil
 		}
-		return send()
+		return send(nil)
 	}
 	defer s.closeInflight(meta)
 	if err := s.send(m); err != nil {
@@ -251,6 +254,11 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 		meta.capture <- captured{err: err}
 		return nil
 	}
+	return s.sendError(meta, err)
+}
+
+// sendError sends ResponseError's answer.
+func (s *Server) sendError(meta ReqMeta, err error) error {
 	defer s.closeInflight(meta)
 	msg := "unknown error"
 	if err != nil && err.Error() != "" {
