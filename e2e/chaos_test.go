@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,15 +18,19 @@ import (
 
 	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/internal/testutil"
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
 )
 
 // chaosSeed fixes the moments and victims of TestChaosReplicatedServers.
 const chaosSeed = 20
 
 var (
-	routeRE  = regexp.MustCompile(`\[(\d+),(\d+)\)->(\d+)\[([\d ]*)\]`)
-	seededRE = regexp.MustCompile(`elastic: backup seeded".* begin=(\d+) end=(\d+) backup=(\d+)`)
-	nodeIDRE = regexp.MustCompile(`msg="node is ready" role=server node="server\[id=(\d+),`)
+	routeRE      = regexp.MustCompile(`\[(\d+),(\d+)\)->(\d+)\[([\d ]*)\]`)
+	seededRE     = regexp.MustCompile(`elastic: backup seeded".* begin=(\d+) end=(\d+) backup=(\d+)`)
+	nodeIDRE     = regexp.MustCompile(`msg="node is ready" role=server node="server\[id=(\d+),`)
+	chaosRoundRE = regexp.MustCompile(`chaos pushed (\d+) rounds`)
 )
 
 // copyOf is one backup copy in a routing table: an interval and the
@@ -67,7 +72,16 @@ func lastLine(s, text string) string {
 // joined before each kill, the next kill only once every new backup was
 // seeded (at most one failure at a time). No push fails, the pulled values
 // are the exact sums of the acknowledged pushes, and no worker hangs.
+// Asynchronous (pushes forwarded one by one) and BSP (PS_SYNC_MODE=bsp:
+// the workers push and pull in rounds, and each round's state is shipped
+// to the backups once).
 func TestChaosReplicatedServers(t *testing.T) {
+	for _, mode := range []string{"asp", "bsp"} {
+		t.Run(mode, func(t *testing.T) { chaosReplicatedServers(t, mode) })
+	}
+}
+
+func chaosReplicatedServers(t *testing.T, mode string) {
 	const kills = 3
 	rng := rand.New(rand.NewPCG(chaosSeed, 0))
 	port := porttest.Free(t)
@@ -75,7 +89,7 @@ func TestChaosReplicatedServers(t *testing.T) {
 	env := func(extra ...string) []string {
 		return append([]string{"DMLC_NUM_SERVER=3", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
 			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1", "PS_ELASTIC=1", "PS_REPLICAS=1",
-			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_CTL_ADDR=127.0.0.1:0", "PS_VERBOSE=1"}, extra...)
+			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_CTL_ADDR=127.0.0.1:0", "PS_VERBOSE=1", "PS_SYNC_MODE=" + mode}, extra...)
 	}
 	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
 	var servers []*proc
@@ -84,7 +98,11 @@ func TestChaosReplicatedServers(t *testing.T) {
 	}
 	var workers []*proc
 	for i := range 2 {
-		workers = append(workers, start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=chaos", "E2E_SIGNAL_FILE="+signal), selfExe(t)))
+		kind := "chaos"
+		if mode == "bsp" {
+			kind = "chaos-bsp"
+		}
+		workers = append(workers, start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE="+kind, "E2E_SIGNAL_FILE="+signal), selfExe(t)))
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -166,7 +184,16 @@ func TestChaosReplicatedServers(t *testing.T) {
 		testutil.WaitFor(t, 30*time.Second, func() bool { return strings.Count(w.output(), "chaos pushed") >= n+2 },
 			func() string { return w.name + " stopped pushing after the last failover" })
 	}
-	require.NoError(t, os.WriteFile(signal, nil, 0o644))
+	// BSP workers stop at one round, a little after the latest either
+	// reported (they are at most a round apart); the others at once.
+	stop := 0
+	for _, w := range workers {
+		for _, m := range chaosRoundRE.FindAllStringSubmatch(w.output(), -1) {
+			n, _ := strconv.Atoi(m[1])
+			stop = max(stop, n+3*chaosBSPEvery)
+		}
+	}
+	require.NoError(t, os.WriteFile(signal, []byte(strconv.Itoa(stop)), 0o644))
 	for _, w := range workers {
 		w.waitFor(t, "chaos OK after")
 		assert.Zero(t, w.exitCode(t), "%s:\n%s", w.name, w.output())
@@ -188,4 +215,89 @@ func TestChaosReplicatedServers(t *testing.T) {
 		t.Logf("%s: %s", w.name, lastLine(w.output(), "finalize:"))
 	}
 	t.Logf("failovers: %d", strings.Count(sched.output(), "coord: failover"))
+}
+
+// chaosBSPEvery is how often (in rounds) a BSP chaos worker says how far
+// it is.
+const chaosBSPEvery = 20
+
+// chaosBSPWorker is the chaos worker of a BSP job: round t pushes t%3+1
+// times a fixed value to keys every worker shares (under BSP a key that
+// one worker never pushes holds every round), waits for the push, then
+// pulls them (BSP answers once every worker pushed round t). Once the
+// signal file exists it runs up to the round the file names, as the other
+// worker does, then checks the exact sums: every push was acknowledged.
+func chaosBSPWorker(po *postoffice.Postoffice) error {
+	w, do, err := startedWorker(po)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	var keys []uint64
+	var base []float32
+	for s, r := range po.ServerKeyRanges() {
+		keys = append(keys, r.Begin, r.Begin+1)
+		base = append(base, float32(s*10+1), float32(s*10+2))
+	}
+	signal := os.Getenv("E2E_SIGNAL_FILE")
+	var acked float32
+	stop := -1
+	fmt.Println("chaos worker pushing")
+	rounds := 0
+	for deadline := time.Now().Add(80 * time.Second); stop < 0 || rounds < stop; rounds++ {
+		if rounds%chaosBSPEvery == 0 {
+			fmt.Printf("chaos pushed %d rounds\n", rounds)
+		}
+		if b, err := os.ReadFile(signal); stop < 0 && err == nil && len(b) > 0 {
+			if stop, err = strconv.Atoi(string(b)); err != nil || stop < rounds {
+				return fmt.Errorf("signal file holds %q: want a round >= %d", b, rounds)
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no signal within 80s")
+		}
+		c := float32(rounds%3 + 1)
+		vals := scaled(base, c)
+		if err := do(kv.Push(w, keys, vals, nil, kv.Options{})); err != nil {
+			return fmt.Errorf("push of round %d failed after %d acknowledged: %w", rounds, rounds, err)
+		}
+		acked += c
+		var got []float32
+		if err := do(kv.Pull(w, keys, &got, nil, kv.Options{})); err != nil {
+			return fmt.Errorf("pull of round %d: %w", rounds, err)
+		}
+	}
+	fmt.Printf("chaos pushed %d rounds, all acknowledged (sum %v)\n", rounds, acked)
+	if err := po.Barrier(0, message.WorkerGroup); err != nil {
+		return err
+	}
+	var got []float32
+	if err := do(kv.Pull(w, keys, &got, nil, kv.Options{})); err != nil {
+		return err
+	}
+	nw := float32(po.NumWorkers())
+	for i, b := range base {
+		if got[i] != b*acked*nw {
+			return fmt.Errorf("key %d: pulled %v, want exactly %v (%v times %v rounds' sum %v of each of %v workers)", keys[i], got[i], b*acked*nw, b, rounds, acked, nw)
+		}
+	}
+	fmt.Printf("chaos OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
+	return finalizeChaos(po)
+}
+
+// scaled is base times c.
+func scaled(base []float32, c float32) []float32 {
+	vals := make([]float32, len(base))
+	for i, b := range base {
+		vals[i] = b * c
+	}
+	return vals
+}
+
+// finalizeChaos finalizes a chaos worker and prints the outcome: every
+// failover lost nothing, so the job lost no node (Finalize returns nil).
+func finalizeChaos(po *postoffice.Postoffice) error {
+	err := po.Finalize(0, true)
+	fmt.Printf("finalize: %v\n", err)
+	return err
 }

@@ -50,6 +50,8 @@ func runNode(kind string) error {
 		return snapshotPuller(po)
 	case "chaos":
 		return chaosWorker(po)
+	case "chaos-bsp":
+		return chaosBSPWorker(po)
 	}
 	return fmt.Errorf("unknown node kind %q", kind)
 }
@@ -436,10 +438,7 @@ func chaosWorker(po *postoffice.Postoffice) error {
 			return errors.New("no signal within 45s")
 		}
 		c := float32(rounds%3 + 1)
-		vals := make([]float32, len(base))
-		for i, b := range base {
-			vals[i] = b * c
-		}
+		vals := scaled(base, c)
 		ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
 		if err != nil {
 			return fmt.Errorf("push %d: %w", rounds, err)
@@ -469,9 +468,7 @@ func chaosWorker(po *postoffice.Postoffice) error {
 		return err
 	}
 	fmt.Printf("chaos OK after %d rounds, %d re-sent\n", rounds, w.Redirects())
-	err = po.Finalize(0, true)
-	fmt.Printf("finalize: %v\n", err)
-	return err // the failovers lost nothing: no lost node
+	return finalizeChaos(po)
 }
 
 // replicaKeys are the keys of the replicated workers: two shared by the

@@ -190,6 +190,7 @@ func newServerAgent(n *Node, s *kv.Server, mig Migrator) *serverAgent {
 	}
 	if n.po.Config().Replicas > 0 {
 		a.rep = newReplication()
+		a.rep.bsp = n.po.Config().Sync.Mode == syncctl.BSP
 		n.po.OnNodeGone(a.serverGone)
 	}
 	return a

@@ -49,6 +49,11 @@ const (
 	// the backup) + a copy of the interval's state and its applied-push
 	// record: replace what the backup holds of the interval with it.
 	MsgSeed
+	// MsgShip: primary -> backup under BSP (PS_SYNC_MODE=bsp), once per
+	// closed round of an interval, body as MsgSeed's (the interval's
+	// state with its sync state and applied-push record): replace the
+	// backup's copy with it.
+	MsgShip
 )
 
 // MessageName names an elastic control message for logs and
@@ -77,6 +82,8 @@ func MessageName(head int32) string {
 		return "replicate"
 	case MsgSeed:
 		return "seed"
+	case MsgShip:
+		return "ship"
 	}
 	return "message " + strconv.Itoa(int(head))
 }

@@ -35,8 +35,18 @@ type replication struct {
 	// than this server has yet: its forwards are taken meanwhile
 	ahead []Move
 
+	// BSP: per interval this server is primary of, the pushes applied
+	// and waiting for the round's state to reach the backups
+	rounds  map[ivKey]*round
+	ships   []*shipment // state copies on their way to backups
+	markers sync.Map    // *message.Message -> *round: copy requests in the server's queue
+
+	bsp bool // PS_SYNC_MODE=bsp: rounds are shipped, pushes not forwarded
+
 	readmitMu sync.Mutex   // releases queued requests in order
 	dupes     atomic.Int64 // duplicate pushes acknowledged without applying them
+	// received as a backup: forwarded pushes and round states (MsgShip)
+	forwardsIn, shipsIn atomic.Int64
 }
 
 type applying struct{ lo, hi uint64 }
@@ -68,7 +78,7 @@ type seeding struct {
 
 func newReplication() *replication {
 	return &replication{seen: replica.NewSeen(), active: map[activeKey]bool{}, pass: map[*message.Message]*forwarded{},
-		applying: map[*applying]struct{}{}}
+		applying: map[*applying]struct{}{}, rounds: map[ivKey]*round{}}
 }
 
 // replicate is Admit's step for a request this server is the primary of,
@@ -88,6 +98,25 @@ func (e *serverAgent) replicate(m *message.Message, lo, hi uint64, push bool) (h
 	}
 	w := workerKey(&m.Meta)
 	dup := push && rp.seen.Applied(w, lo, m.Meta.Timestamp)
+	if e.shipsRounds() {
+		// Applied here now; acknowledged with its round's state
+		// (inflightReq.Hold), a duplicate with the next state shipped.
+		if !dup {
+			return false
+		}
+		f := &forwarded{m: m, lo: lo, hi: hi, dup: true}
+		if !e.holdAckLocked(lo, hi, nil, 0, func(fail error) error {
+			if fail != nil {
+				e.answer(m, fail)
+			} else {
+				e.answerDup(f)
+			}
+			return nil
+		}) {
+			go e.answerDup(f)
+		}
+		return true
+	}
 	var to []int32
 	if push {
 		to = e.backupsOf(lo, hi)
@@ -164,6 +193,11 @@ func (e *serverAgent) dropBackup(b int32) {
 			sd.stop()
 		}
 	}
+	for _, sh := range e.rep.ships {
+		if slices.Contains(sh.waits, b) {
+			go e.shipDone(sh, b, nil)
+		}
+	}
 }
 
 // release hands the queue's leading requests that no longer wait back to
@@ -187,20 +221,30 @@ func (e *serverAgent) release() {
 		switch {
 		case f.failed != nil:
 			e.answer(f.m, f.failed)
-		case f.dup && !f.m.Meta.Pull:
-			e.rep.dupes.Add(1)
-			e.answer(f.m, nil)
 		case f.dup:
-			// Applied before: serve it as the pull it also is.
-			f.m.Meta.Push = false
-			f.m.Data = f.m.Data[:2:2]
-			f.m.Data[1] = nil
-			f.m.Meta.DataType = f.m.Meta.DataType[:2:2]
-			e.s.Readmit(f.m)
+			e.answerDup(f)
 		default:
 			e.s.Readmit(f.m)
 		}
 	}
+}
+
+// answerDup acknowledges a push applied here before; a push-pull is
+// served as the pull it also is.
+func (e *serverAgent) answerDup(f *forwarded) {
+	if !f.m.Meta.Pull {
+		e.rep.dupes.Add(1)
+		e.answer(f.m, nil)
+		return
+	}
+	e.mu.Lock()
+	e.rep.pass[f.m] = f
+	e.mu.Unlock()
+	f.m.Meta.Push = false
+	f.m.Data = f.m.Data[:2:2]
+	f.m.Data[1] = nil
+	f.m.Meta.DataType = f.m.Meta.DataType[:2:2]
+	e.s.Readmit(f.m)
 }
 
 // answer answers a push without the handler: an acknowledgement of one
@@ -217,7 +261,8 @@ func (e *serverAgent) answer(m *message.Message, err error) {
 }
 
 // encodeForward encodes a push for MsgReplicate: worker, timestamp, cmd,
-// the vals' data type, then keys, vals and lens, each length-prefixed.
+// the vals' data type, the push's iteration (kv.Iteration: a backup's
+// sync gate counts it), then keys, vals and lens, each length-prefixed.
 func encodeForward(m *message.Message) []byte {
 	dt := message.Float
 	if len(m.Meta.DataType) >= 2 {
@@ -228,6 +273,7 @@ func encodeForward(m *message.Message) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Meta.Timestamp))
 	b = binary.LittleEndian.AppendUint32(b, uint32(m.Meta.Head))
 	b = binary.LittleEndian.AppendUint32(b, uint32(dt))
+	b = binary.LittleEndian.AppendUint64(b, uint64(kv.Iteration(&m.Meta)))
 	for i := range 3 {
 		var f []byte
 		if i < len(m.Data) {
@@ -241,17 +287,21 @@ func encodeForward(m *message.Message) []byte {
 
 type forwardedPush struct {
 	worker, ts int32
+	iter       int64
 	req        kv.LocalRequest
 }
 
+const forwardHeader = 24
+
 func decodeForward(b []byte) (forwardedPush, error) {
 	var p forwardedPush
-	if len(b) < 16 {
-		return p, fmt.Errorf("elastic: forwarded push of %d bytes is shorter than its 16-byte header", len(b))
+	if len(b) < forwardHeader {
+		return p, fmt.Errorf("elastic: forwarded push of %d bytes is shorter than its %d-byte header", len(b), forwardHeader)
 	}
 	p.worker, p.ts = int32(binary.LittleEndian.Uint32(b)), int32(binary.LittleEndian.Uint32(b[4:]))
 	p.req = kv.LocalRequest{Push: true, Cmd: int32(binary.LittleEndian.Uint32(b[8:])), DataType: message.DataType(binary.LittleEndian.Uint32(b[12:]))}
-	b = b[16:]
+	p.iter = int64(binary.LittleEndian.Uint64(b[16:]))
+	b = b[forwardHeader:]
 	var frames [3][]byte
 	for i := range frames {
 		if len(b) < 4 || int(binary.LittleEndian.Uint32(b)) > len(b)-4 {
@@ -284,6 +334,7 @@ func decodeForward(b []byte) (forwardedPush, error) {
 // worker re-sends it to the new primary, which forwards it to the new
 // backups.
 func (e *serverAgent) applyForwarded(from int32, body []byte) error {
+	e.rep.forwardsIn.Add(1)
 	p, err := decodeForward(body)
 	if err != nil {
 		return err
@@ -314,6 +365,11 @@ func (e *serverAgent) applyForwarded(from int32, body []byte) error {
 	e.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("the handler did not apply a forwarded push: %w", err)
+	}
+	if e.sync != nil {
+		// Promoted, this server goes on with the push's clock (SSP's and
+		// Fluent's staleness counts).
+		e.sync.Observe(p.worker>>8, p.worker&0xff, keys, p.iter)
 	}
 	return nil
 }
@@ -415,6 +471,9 @@ func (e *serverAgent) seed(sd *seeding, epoch uint64) {
 	for _, m := range parked {
 		e.s.Readmit(m)
 	}
+	if e.shipsRounds() {
+		go e.shipCheck() // rounds that closed meanwhile
+	}
 }
 
 func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
@@ -430,6 +489,9 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		}
 		for r := range e.inflight {
 			busy = busy || overlaps(r.lo, r.hi+1, sd.begin, sd.end)
+		}
+		for k, rd := range e.rep.rounds {
+			busy = busy || rd.copying && overlaps(k.begin, k.end, sd.begin, sd.end)
 		}
 		e.mu.Unlock()
 		if !busy {
@@ -447,11 +509,7 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		log.Error("elastic: the interval is not replicated: its handler has no Migrator to copy it with (PS_REPLICAS needs one: kv.DefaultHandler, paramstore.Store, or a C++ migration handle)")
 		return false
 	}
-	state, err := e.exportState(sd.begin, sd.end, nil)
-	if err == nil {
-		// Export hands the keys over; take them back at once: a copy.
-		err = e.importState(sd.begin, sd.end, state)
-	}
+	state, err := e.copyState(sd.begin, sd.end)
 	if err != nil {
 		log.Error("elastic: the interval could not be copied to its new backup; it is not replicated there", "err", err)
 		return false
@@ -503,6 +561,27 @@ func (rp *replication) seededBy(from int32, key uint64) bool {
 	return slices.ContainsFunc(rp.ahead, func(mv Move) bool { return mv.From == from && key >= mv.Begin && key < mv.End })
 }
 
+// installShip installs a round's state from the interval's primary
+// (MsgShip); one from a node that is no longer the primary (it died and
+// this server's table promoted another, perhaps this server) is refused,
+// as it would undo what the new primary applied since.
+func (e *serverAgent) installShip(from int32, body []byte) error {
+	e.rep.shipsIn.Add(1)
+	mv, _, err := UnmarshalMove(body)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	i := e.routes.Find(mv.Begin)
+	stale := mv.Epoch <= e.routes.Epoch && i >= 0 && e.routes.Intervals[i].Node != from
+	epoch := e.routes.Epoch
+	e.mu.Unlock()
+	if stale {
+		return fmt.Errorf("routing epoch %d does not name node %d as the primary of key %d: its round state is refused", epoch, from, mv.Begin)
+	}
+	return e.installSeed(body)
+}
+
 // installSeed replaces what this backup holds of the seed's interval with
 // the primary's copy.
 func (e *serverAgent) installSeed(body []byte) error {
@@ -521,6 +600,12 @@ func (e *serverAgent) installSeed(body []byte) error {
 	// Forget an older copy first (Export drops the keys it returns).
 	if _, err := e.exportState(mv.Begin, mv.End, nil); err != nil {
 		return err
+	}
+	if e.sync != nil {
+		_, parked := e.sync.Export(mv.Begin, mv.End)
+		for _, m := range parked { // not ours: the keys' primary is elsewhere
+			go e.redirect(m, mv.Epoch)
+		}
 	}
 	if err := e.importState(mv.Begin, mv.End, state); err != nil {
 		return err
@@ -550,4 +635,7 @@ func (e *serverAgent) serverGone(ev postoffice.NodeEvent) {
 	}
 	e.mu.Unlock()
 	e.release()
+	if e.shipsRounds() {
+		e.shipCheck() // a dead worker's leaving may close a round
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,8 @@ type inflightReq struct {
 	lo, hi uint64 // first and last key
 	start  time.Time
 	bytes  int
+	push   bool
+	held   *holdInfo // a push acknowledged with its round's state (BSP with replicas)
 }
 
 // Answered implements kv.Admitted.
@@ -100,14 +103,17 @@ func (e *serverAgent) handle(from int32, head int32, body []byte) ([]byte, error
 			e.po.LeaveJob()
 		}()
 		return nil, nil
-	case MsgReplicate, MsgSeed:
+	case MsgReplicate, MsgSeed, MsgShip:
 		if e.rep == nil {
 			return nil, fmt.Errorf("elastic message %s to a server without PS_REPLICAS", MessageName(head))
 		}
-		if head == MsgSeed {
-			return nil, e.installSeed(body)
+		if head == MsgReplicate {
+			return nil, e.applyForwarded(from, body)
 		}
-		return nil, e.applyForwarded(from, body)
+		if head == MsgShip {
+			return nil, e.installShip(from, body)
+		}
+		return nil, e.installSeed(body)
 	case MsgAbort:
 		mv, _, err := UnmarshalMove(body)
 		if err != nil {
@@ -281,6 +287,9 @@ func (e *serverAgent) abort(mv Move) (exported bool) {
 // this gate again: if its keys moved meanwhile, it is redirected, and the
 // sync gate is told so (Withdraw) that its queue goes on.
 func (e *serverAgent) Admit(m *message.Message, keys []uint64) (kv.Admitted, bool) {
+	if e.rep != nil && e.shipMarker(m) {
+		return nil, false // a round's state was copied (replicate_rounds.go)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r, run := e.route(m, keys)
@@ -349,7 +358,9 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 			return nil, false
 		}
 	}
-	if e.rep != nil && e.replicate(m, lo, hi, push) {
+	// A request the sync gate re-admits passed replicate before it
+	// reached the gate: forwarded, and noted as applied.
+	if e.rep != nil && (e.sync == nil || !e.sync.Readmitting(m)) && e.replicate(m, lo, hi, push) {
 		return nil, false // held until its backups applied it (replicate.go)
 	}
 	if push && e.migrator() == nil {
@@ -369,7 +380,10 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 			c.recv[w] = max(c.recv[w], seq)
 		}
 	}
-	r := &inflightReq{agent: e, lo: lo, hi: hi, start: time.Now(), bytes: messageBytes(m)}
+	r := &inflightReq{agent: e, lo: lo, hi: hi, start: time.Now(), bytes: messageBytes(m), push: push}
+	if push && e.rep != nil && e.shipsRounds() {
+		r.held = &holdInfo{keys: slices.Clone(keys), iter: kv.Iteration(&m.Meta), worker: w, ts: m.Meta.Timestamp}
+	}
 	e.inflight[r] = struct{}{}
 	return r, true
 }
@@ -448,6 +462,9 @@ func (e *serverAgent) tickLoop() {
 			e.mu.Lock()
 			ready := e.readyCuts(true)
 			e.mu.Unlock()
+			if e.rep != nil {
+				e.shipCheck() // a round closed without a push here (a worker left)
+			}
 			for _, c := range ready {
 				go e.export(c)
 			}

@@ -55,3 +55,15 @@ type Admitted interface {
 	// network, from the goroutine that responded.
 	Answered()
 }
+
+// ResponseHolder is an Admitted that may hold back its request's
+// response (a replicated server acknowledges a push only once its backups
+// hold it). Server.Response calls Hold with the sending of the response
+// instead of sending it; with true the holder calls send later, once,
+// from any goroutine (Answered follows it): send(nil) sends the response,
+// send(err) an error response instead (ResponseError's). With false it is
+// sent now. Error responses are never held.
+type ResponseHolder interface {
+	Admitted
+	Hold(send func(fail error) error) bool
+}

@@ -206,7 +206,6 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 		meta.capture <- captured{res: cloneKVPairs(res)}
 		return nil
 	}
-	defer s.closeInflight(meta)
 	out := newOutMsg()
 	m := s.responseTo(meta, &out.msg)
 	if !meta.received.IsZero() {
@@ -220,6 +219,24 @@ func (s *Server) Response(meta ReqMeta, res KVPairs) error {
 			m.AddData(message.Int32, LensToBytes(res.Lens))
 		}
 	}
+	if h, ok := meta.admitted.(ResponseHolder); ok {
+		send := func(fail error) error {
+			if fail != nil {
+				return s.sendError(meta, fail)
+			}
+			defer s.closeInflight(meta)
+			if err := s.send(m); err != nil {
+				return err
+			}
+			out.sent(s.po)
+			return nil
+		}
+		if h.Hold(send) {
+			return nil
+		}
+		return send(nil)
+	}
+	defer s.closeInflight(meta)
 	if err := s.send(m); err != nil {
 		return err
 	}
@@ -237,6 +254,11 @@ func (s *Server) ResponseError(meta ReqMeta, err error) error {
 		meta.capture <- captured{err: err}
 		return nil
 	}
+	return s.sendError(meta, err)
+}
+
+// sendError sends ResponseError's answer.
+func (s *Server) sendError(meta ReqMeta, err error) error {
 	defer s.closeInflight(meta)
 	msg := "unknown error"
 	if err != nil && err.Error() != "" {

@@ -183,12 +183,8 @@ func (g *SyncGate) decide(e *syncEntry, keys []uint64) bool {
 		e.lo, e.hi = keys[0], keys[len(keys)-1]
 	}
 	m := &e.m.Meta
-	iter := max(m.Ext.Iteration, 0)
-	if iter == 0 && m.Ext.PushSeq > 0 && m.Ext.PushSeq <= math.MaxInt64 {
-		iter = int64(m.Ext.PushSeq)
-	}
 	r := syncctl.Request{ID: g.nextID, Worker: syncctl.Worker{Node: m.Sender, Customer: m.CustomerID},
-		Push: m.Push, Pull: m.Pull, Keys: keys, Iteration: iter}
+		Push: m.Push, Pull: m.Pull, Keys: keys, Iteration: Iteration(m)}
 	run, released := g.ctl.Admit(r)
 	if !run {
 		e.since = time.Now()
@@ -286,6 +282,28 @@ func (g *SyncGate) Pending(begin, end uint64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	touches := func(e *syncEntry) bool { return e.decided && e.lo < end && begin <= e.hi }
+	if g.sent != nil && touches(g.sent) {
+		return true
+	}
+	return slices.ContainsFunc(g.order[:g.decidedPrefix()], touches)
+}
+
+// Readmitting reports whether m is the request the gate handed back to
+// the server (Server.Readmit) and has not seen again: a gate chained
+// before it that replicates pushes (elastic mode's) did so when m first
+// passed it.
+func (g *SyncGate) Readmitting(m *message.Message) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sent != nil && g.sent.m == m
+}
+
+// PushPending is Pending for pushes only: a push that touches keys
+// [begin, end) was let run and has not reached the handler yet.
+func (g *SyncGate) PushPending(begin, end uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	touches := func(e *syncEntry) bool { return e.decided && e.m.Meta.Push && e.lo < end && begin <= e.hi }
 	if g.sent != nil && touches(g.sent) {
 		return true
 	}
@@ -436,4 +454,63 @@ func (s *Server) SyncStats() (syncctl.Stats, time.Duration) {
 		return syncctl.Stats{}, 0
 	}
 	return s.sync.Stats()
+}
+
+// Iteration is the iteration the gate's controller takes request m for:
+// Meta.Ext.Iteration when > 0, else its push sequence number, else 0
+// (counted from the worker's pushes).
+func Iteration(m *message.Meta) int64 {
+	iter := max(m.Ext.Iteration, 0)
+	if iter == 0 && m.Ext.PushSeq > 0 && m.Ext.PushSeq <= math.MaxInt64 {
+		iter = int64(m.Ext.PushSeq)
+	}
+	return iter
+}
+
+// The methods below are for replicated servers (PS_REPLICAS, package
+// elastic): a primary copies its keys' sync state to their backups, and a
+// backup installs it so that, promoted, it goes on with the same clocks.
+
+// Snapshot copies the sync state of keys [begin, end) without taking it
+// (syncctl.Controller.Snapshot), for Replace on a backup.
+func (g *SyncGate) Snapshot(begin, end uint64) []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ctl.Snapshot(begin, end)
+}
+
+// RoundClosed reports whether every worker pushed round iter of keys.
+func (g *SyncGate) RoundClosed(keys []uint64, iter int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ctl.RoundClosed(keys, iter)
+}
+
+// Replace installs a Snapshot of keys [begin, end) in place of the state
+// the gate holds for them, and returns the requests it had parked on those
+// keys (the caller redirects them: the keys' primary is elsewhere).
+func (g *SyncGate) Replace(begin, end uint64, state []byte) ([]*message.Message, error) {
+	_, parked := g.Export(begin, end)
+	return parked, g.Import(state)
+}
+
+// Observe counts a push of keys at iteration iter by worker (node,
+// customer) that was applied here without passing the gate: a backup
+// applying a push its primary forwarded. Only for modes whose pushes
+// never wait (SSP, Fluent); under BSP a primary ships its state instead.
+func (g *SyncGate) Observe(node, customer int32, keys []uint64, iter int64) {
+	if !slices.IsSorted(keys) {
+		keys = slices.Sorted(slices.Values(keys))
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.ctl.Config().Mode == syncctl.BSP {
+		return
+	}
+	g.joinMembers()
+	g.nextID++
+	_, released := g.ctl.Admit(syncctl.Request{ID: g.nextID, Worker: syncctl.Worker{Node: node, Customer: customer},
+		Push: true, Keys: keys, Iteration: iter})
+	g.release(released)
+	g.kick()
 }

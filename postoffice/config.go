@@ -355,9 +355,6 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.Sync, err = syncFromEnv(get); err != nil {
 		return c, err
 	}
-	if c.Replicas > 0 && c.Sync.Mode != syncctl.ASP {
-		return c, &EnvError{Var: "PS_SYNC_MODE", Value: c.Sync.Mode.String(), Want: "asp with PS_REPLICAS > 0 (backups do not carry sync state yet), or PS_REPLICAS=0"}
-	}
 	return c, nil
 }
 

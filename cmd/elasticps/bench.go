@@ -130,6 +130,10 @@ memberlist on):
   throughput      push goodput (MB/s = 10^6 B/s) with PS_REPLICAS=0, 1, 2 at
                   each --sizes, one job each, --depth pushes in flight, and
                   its ratio to k=0 of the same size.
+  sync throughput PS_SYNC_MODE=bsp jobs of --sync-workers workers pushing
+                  and pulling in rounds (a replicated primary ships each
+                  round's state to its backups once), k=0 and k=1 at each
+                  --sizes, and the ratio to k=0.
 
 flags:
 `
@@ -144,6 +148,7 @@ func runFailover(ctx context.Context, args []string) error {
 	fs.IntVar(&o.Depth, "depth", 4, "pushes in flight in the throughput cells")
 	fs.Uint64Var(&o.Seed, "seed", 1, "seed of the victims' choice")
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON instead of a table")
+	fs.IntVar(&o.SyncWorkers, "sync-workers", 4, "workers of the synchronous (PS_SYNC_MODE=bsp) cells, k=0 and k=1 at each size; 0 = none")
 	if err := cli.Parse(fs, failoverUsage, args); err != nil {
 		return err
 	}

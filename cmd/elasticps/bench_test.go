@@ -60,6 +60,7 @@ func TestBenchFailoverHelpAndErrors(t *testing.T) {
 		"--kills -1":         "elasticps: bench failover: --kills must be >= 0",
 		"--sizes 1XB":        "elasticps: bench failover: --sizes:",
 		"--depth 0":          "elasticps: bench failover: --depth must be >= 1",
+		"--sync-workers -1":  "elasticps: bench failover: --sync-workers must be >= 0",
 		"--kills 0 --sizes=": "something must be measured",
 		"now":                `elasticps: bench failover: unexpected argument "now"`,
 	} {

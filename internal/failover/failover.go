@@ -36,6 +36,9 @@ type Config struct {
 	Depth    int           // pushes in flight in throughput cells
 	Seed     uint64        // chooses the victims
 	JSON     bool
+	// SyncWorkers > 0 adds synchronous cells (PS_SYNC_MODE=bsp, k=0 and
+	// k=1) with that many workers at each size (sync.go).
+	SyncWorkers int
 }
 
 // Validate names the flags of 'elasticps bench failover'.
@@ -47,6 +50,8 @@ func (c *Config) Validate() error {
 		return errors.New("bench failover: --duration must be positive")
 	case c.Depth < 1:
 		return errors.New("bench failover: --depth must be >= 1")
+	case c.SyncWorkers < 0:
+		return errors.New("bench failover: --sync-workers must be >= 0 (0: no synchronous cells)")
 	}
 	return nil
 }
@@ -69,6 +74,8 @@ type Result struct {
 
 // Throughput is one cell: replicas k at one push size.
 type Throughput struct {
+	Mode     string  `json:"mode"`    // asp, or bsp for the synchronous cells
+	Workers  int     `json:"workers"` // workers of the job
 	Replicas int     `json:"replicas"`
 	Size     int     `json:"size"`
 	MBps     float64 `json:"goodput_mbps"`
@@ -117,7 +124,14 @@ func Run(ctx context.Context, o Config, out io.Writer) error {
 			if k == 0 {
 				k0 = mbps
 			}
-			res.Throughput = append(res.Throughput, Throughput{Replicas: k, Size: size, MBps: mbps, VsK0: mbps / k0})
+			res.Throughput = append(res.Throughput, Throughput{Mode: "asp", Workers: 1, Replicas: k, Size: size, MBps: mbps, VsK0: mbps / k0})
+		}
+		if o.SyncWorkers > 0 {
+			cells, err := syncCells(ctx, exe, o, size, prog)
+			if err != nil {
+				return err
+			}
+			res.Throughput = append(res.Throughput, cells...)
 		}
 	}
 	prog.Done()
@@ -147,8 +161,11 @@ func printTable(w io.Writer, r Result, o Config) {
 	if len(r.Throughput) > 0 {
 		fmt.Fprintf(tw, "push throughput (1 worker, depth %d, %v per cell)\tsize\tk\tMB/s\tvs k=0\t\n", o.Depth, o.Duration)
 		for _, t := range r.Throughput {
-			fmt.Fprintf(tw, "\t%s\t%d\t%s\t%s\t\n", sizeLabel(t.Size), t.Replicas, cli.FormatNum(t.MBps), cli.FormatNum(t.VsK0))
+			if t.Mode != "bsp" {
+				fmt.Fprintf(tw, "\t%s\t%d\t%s\t%s\t\n", sizeLabel(t.Size), t.Replicas, cli.FormatNum(t.MBps), cli.FormatNum(t.VsK0))
+			}
 		}
+		printSyncCells(tw, r, o)
 	}
 	_ = tw.Flush()
 }

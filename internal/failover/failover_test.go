@@ -19,6 +19,7 @@ func TestValidate(t *testing.T) {
 	assert.NoError(t, (&Config{Kills: 20, Depth: 1}).Validate(), "failover times only")
 	assert.ErrorContains(t, (&Config{Depth: 1}).Validate(), "something must be measured")
 	assert.ErrorContains(t, (&Config{Sizes: []int{1}, Depth: 1}).Validate(), "--duration must be positive")
+	assert.ErrorContains(t, (&Config{Kills: 1, Depth: 1, SyncWorkers: -1}).Validate(), "--sync-workers must be >= 0")
 	assert.Equal(t, "4MB", sizeLabel(4<<20))
 	assert.Equal(t, "1000B", sizeLabel(1000))
 }

@@ -33,6 +33,9 @@ type plan struct {
 	Depth    int           `json:"depth"`
 	Duration time.Duration `json:"duration"`
 	StopFile string        `json:"stop_file,omitempty"`
+	// Sync: BSP rounds (push, wait, pull, wait) with every worker of
+	// the job, until rank 0 says stop (sync.go).
+	Sync bool `json:"sync,omitempty"`
 }
 
 // rate is a throughput run's result.
@@ -68,6 +71,9 @@ func RunNode(ctx context.Context) error {
 	defer w.Close()
 	if err := po.StartWithBarrier(0); err != nil {
 		return err
+	}
+	if p.Sync {
+		return syncRounds(po, w, p)
 	}
 	ranges := po.ServerKeyRanges()
 	keys := make([]uint64, len(ranges))

@@ -1,0 +1,192 @@
+package coord
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/testutil"
+	"github.com/elasticps/elasticps/kv"
+	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/syncctl"
+)
+
+func replicatedSync(k int, mode syncctl.Mode) func(*postoffice.Config) {
+	return func(c *postoffice.Config) {
+		replicated(k)(c)
+		c.Sync.Mode, c.Sync.Staleness = mode, 2
+	}
+}
+
+func replicatedBSP(k int) func(*postoffice.Config) { return replicatedSync(k, syncctl.BSP) }
+
+// bspRounds runs rounds of BSP training on every worker: push round t
+// (value t%5+1 times 1, 2, 3, 4 on keys), wait for it, pull, wait. The
+// hook runs on worker 0 before round i. It returns the first error of
+// each worker.
+func bspRounds(t *testing.T, j *elasticJob, keys []uint64, rounds int, hook func(i int)) []error {
+	t.Helper()
+	errs := make([]error, len(j.kvw))
+	var wg sync.WaitGroup
+	for wi, w := range j.kvw {
+		wg.Go(func() {
+			for i := range rounds {
+				if wi == 0 && hook != nil {
+					hook(i)
+				}
+				v := float32(i%5 + 1)
+				ts, err := kv.Push(w, keys, []float32{v, 2 * v, 3 * v, 4 * v}, nil, kv.Options{})
+				if err == nil {
+					err = w.Wait(ts)
+				}
+				var got []float32
+				if err == nil {
+					ts, err = kv.Pull(w, keys, &got, nil, kv.Options{})
+				}
+				if err == nil {
+					err = w.Wait(ts)
+				}
+				if err != nil {
+					errs[wi] = err
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	testutil.Recv(t, done, 60*time.Second, func() string { return "the workers did not finish their rounds" })
+	return errs
+}
+
+// bspWant is the values of keys after rounds BSP rounds of nw workers.
+func bspWant(rounds, nw int) []float32 {
+	var sum float32
+	for i := range rounds {
+		sum += float32(i%5 + 1)
+	}
+	sum *= float32(nw)
+	return []float32{sum, 2 * sum, 3 * sum, 4 * sum}
+}
+
+func (j *elasticJob) pullAll(t *testing.T, keys []uint64) [][]float32 {
+	t.Helper()
+	var out [][]float32
+	for _, w := range j.kvw {
+		var got []float32
+		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Wait(ts))
+		out = append(out, got)
+	}
+	return out
+}
+
+// BSP with PS_REPLICAS=1: a server stops abruptly in the middle of the
+// run; every push is acknowledged (the unacknowledged ones of the round
+// in progress were re-sent to the promoted backup and applied once) and
+// the values are the exact sums of every round of every worker.
+func TestReplicatedBSPSurvivesAServerDeath(t *testing.T) { survivesInSync(t, syncctl.BSP) }
+
+// The same under SSP, whose pushes are forwarded one by one and counted
+// by the backups' sync controllers: the promoted backup goes on with the
+// workers' clocks (a pull it holds would otherwise never be answered).
+func TestReplicatedSSPSurvivesAServerDeath(t *testing.T) { survivesInSync(t, syncctl.SSP) }
+
+func survivesInSync(t *testing.T, mode syncctl.Mode) {
+	const ns, nw, rounds = 3, 2, 120
+	j := startJobWith(t, ns, nw, jobOpts{configure: replicatedSync(1, mode)})
+	j.waitReplicated(t, 1)
+	ranges := j.workers[0].ServerKeyRanges()
+	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1, ranges[1].Begin + 2, ranges[2].Begin + 1}
+	victim := j.servers[1]
+	dead := victim.MyNode().ID
+	errs := bspRounds(t, j, keys, rounds, func(i int) {
+		if i == rounds/3 {
+			victim.Stop()
+		}
+	})
+	for wi, err := range errs {
+		require.NoError(t, err, "worker %d: every push and pull is answered", wi)
+	}
+	for wi, got := range j.pullAll(t, keys) {
+		assert.Equal(t, bspWant(rounds, nw), got, "worker %d: exact sums of every round", wi)
+	}
+	for _, iv := range j.coord.Table().Current().Intervals {
+		assert.NotEqual(t, dead, iv.Node, "no interval stays on the dead server")
+	}
+	j.waitReplicated(t, 1, victim)
+}
+
+// BSP replicates once per round: with n workers and R rounds each backup
+// receives R states of the interval it backs up and no forwarded push
+// (asynchronous replication would forward n*R). A seeding (MsgSeed) is
+// not counted: the first round's pushes wait for it and ship after it.
+func TestReplicatedBSPShipsOncePerRound(t *testing.T) {
+	const ns, nw, rounds = 3, 4, 20
+	j := startJobWith(t, ns, nw, jobOpts{configure: replicatedBSP(1)})
+	r := j.waitReplicated(t, 1)
+	ranges := j.workers[0].ServerKeyRanges()
+	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1, ranges[1].Begin + 2, ranges[2].Begin + 1}
+	errs := bspRounds(t, j, keys, rounds, nil)
+	for wi, err := range errs {
+		require.NoError(t, err, "worker %d", wi)
+	}
+	for wi, got := range j.pullAll(t, keys) {
+		assert.Equal(t, bspWant(rounds, nw), got, "worker %d: exact sums of every round", wi)
+	}
+	backups := map[int32]int{}
+	for _, iv := range r.Intervals {
+		backups[iv.Backups[0]]++
+	}
+	for i, en := range j.srvEl {
+		pushes, states := en.ReplicationReceived()
+		id := j.servers[i].MyNode().ID
+		assert.Equal(t, int64(0), pushes, "server %d: no push forwarded one by one", id)
+		assert.Equal(t, int64(rounds*backups[id]), states, "server %d: one state per round of each interval it backs up", id)
+	}
+}
+
+// SSP backups count the forwarded pushes' iterations: worker 1 stops
+// after 10 rounds, worker 0 goes 2 ahead (the staleness bound), then the
+// primary of the key stops. Worker 0's pull, re-sent to the promoted
+// backup, is answered at once: the backup knows worker 1 is at 10 (with
+// the clocks of its seed, 0, it would hold the pull until worker 1
+// pushed again, which it never does).
+func TestReplicatedSSPBackupKeepsClocks(t *testing.T) {
+	const rounds = 10
+	j := startJobWith(t, 3, 2, jobOpts{configure: replicatedSync(1, syncctl.SSP)})
+	r := j.waitReplicated(t, 1)
+	key := j.workers[0].ServerKeyRanges()[1].Begin + 1
+	push := func(w *kv.Worker) {
+		ts, err := kv.Push(w, []uint64{key}, []float32{1}, nil, kv.Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Wait(ts))
+	}
+	for range rounds {
+		for _, w := range j.kvw {
+			push(w)
+		}
+	}
+	push(j.kvw[0])
+	push(j.kvw[0])
+	primary := r.Intervals[r.Find(key)].Node
+	for _, po := range j.servers {
+		if po.MyNode().ID == primary {
+			po.Stop()
+		}
+	}
+	var got []float32
+	ts, err := kv.Pull(j.kvw[0], []uint64{key}, &got, nil, kv.Options{})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- j.kvw[0].Wait(ts) }()
+	err = testutil.Recv(t, done, 20*time.Second, func() string {
+		return "the promoted backup holds the pull: it lost the workers' clocks"
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []float32{2*rounds + 2}, got)
+}
