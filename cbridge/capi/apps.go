@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -100,6 +101,11 @@ type app struct {
 	// (write) by close, after which migClosed refuses new ones.
 	migMu     sync.RWMutex
 	migClosed bool
+	// hook is what the C++ side last told setMigration (hookUnset until
+	// the program set a request handler or a state hook), hookChecked
+	// that the server's first request checked it (stateHookWarning).
+	hook        atomic.Int32
+	hookChecked atomic.Bool
 }
 
 func newApp(kind appKind, po *postoffice.Postoffice, appID, customerID int) *app {
@@ -512,6 +518,9 @@ func copiedBySend(res kv.KVPairs) bool {
 // onKVRequest is the kv.Server handler: it remembers the request for
 // Response and hands it to the C++ KVServer.
 func (a *app) onKVRequest(meta kv.ReqMeta, data kv.KVPairs, _ *kv.Server) {
+	if !a.hookChecked.Load() {
+		a.checkStateHook()
+	}
 	a.mu.Lock()
 	a.reqs[reqKey{meta.Sender, meta.CustomerID, meta.Timestamp, firstKey(data.Keys)}] = meta
 	a.mu.Unlock()

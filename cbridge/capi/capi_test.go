@@ -135,6 +135,26 @@ func TestMigrationAfterClose(t *testing.T) {
 	assert.ErrorContains(t, (&app{kind: kindWorker}).setMigration(true), "only a KVServer", "setMigration on a KVWorker")
 }
 
+// The missing-state-hook check waits for the program's choice (a request
+// that arrives before set_request_handle is no verdict), then runs once;
+// the warning says what is lost and how to add the hook.
+func TestStateHookCheck(t *testing.T) {
+	a := &app{kind: kindServer}
+	a.checkStateHook()
+	assert.False(t, a.hookChecked.Load(), "checked before the program set a request handler or a hook")
+	require.NoError(t, a.setMigration(false))
+	assert.Equal(t, hookNone, a.hook.Load(), "a handler without a hook")
+	a.checkStateHook()
+	assert.True(t, a.hookChecked.Load(), "not checked once the handler was set")
+	require.NoError(t, a.setMigration(true))
+	assert.Equal(t, hookSet, a.hook.Load(), "a hook")
+	w := stateHookWarning(2)
+	assert.Contains(t, w, "not replicated (PS_REPLICAS=2")
+	assert.Contains(t, w, "KVServer::set_migration_handle")
+	assert.NotContains(t, stateHookWarning(0), "replicated", "a job without replicas")
+	assert.NotContains(t, w, "\n", "one line")
+}
+
 func TestWaitSpinFromEnv(t *testing.T) {
 	for _, tc := range []struct {
 		value string

@@ -68,6 +68,11 @@ func (a *app) setMigration(enable bool) error {
 	if a.kind != kindServer {
 		return fmt.Errorf("elasticps: set_migration_handle on a %s; only a KVServer has one", a.kind)
 	}
+	if enable {
+		a.hook.Store(hookSet)
+	} else {
+		a.hook.Store(hookNone)
+	}
 	if a.elastic == nil {
 		return nil
 	}
@@ -76,6 +81,40 @@ func (a *app) setMigration(enable bool) error {
 		m = cMigrator{a: a}
 	}
 	return a.elastic.SetMigrator(m)
+}
+
+// What a KVServer's C++ side told setMigration: nothing yet (no request
+// handler set), a handler without a state hook, or a hook (its own or
+// KVServerDefaultHandle's).
+const (
+	hookUnset int32 = iota
+	hookNone
+	hookSet
+)
+
+// checkStateHook runs on the server's requests until one finds the request
+// handler set (C++ calls setMigration from set_request_handle): in an
+// elastic job, a handler without a state hook is logged once, as its key
+// ranges are not replicated and move with their values only. Programs set
+// both handles before Start, so the first request sees the final choice.
+func (a *app) checkStateHook() {
+	h := a.hook.Load()
+	if h == hookUnset || a.hookChecked.Swap(true) {
+		return
+	}
+	if h == hookNone && a.elastic != nil {
+		a.po.Logger().Warn(stateHookWarning(a.po.Config().Replicas))
+	}
+}
+
+// stateHookWarning is the line logged for a KVServer without a state hook
+// in an elastic job with replicas backups per key interval.
+func stateHookWarning(replicas int) string {
+	const add = "add a state hook with KVServer::set_migration_handle (see include/ps/kv_app.h) or serve with KVServerDefaultHandle"
+	if replicas > 0 {
+		return fmt.Sprintf("KVServer: the request handler has no state hook, so its key ranges are not replicated (PS_REPLICAS=%d: their values are lost if this server dies) and a move carries their values only; %s", replicas, add)
+	}
+	return "KVServer: the request handler has no state hook, so a move of its key ranges carries their values only and cannot bring keys back to a server that held them; " + add
 }
 
 // closeMigration waits for a running hand-over and refuses later ones: the

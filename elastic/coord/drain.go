@@ -64,6 +64,9 @@ func (c *Coordinator) Drain(id int32) ([]Result, error) {
 // for them, and the scheduler calls this after it.
 func (c *Coordinator) ReleaseStandbys() {
 	for _, id := range c.po.Standbys() {
+		if g, ok := c.po.Gone(id); ok && g.Dead {
+			continue // killed after it joined: nothing to wait for
+		}
 		if err := c.po.Leave(id); err != nil {
 			c.log.Warn("coord: standby not released", "node", id, "err", err)
 			continue

@@ -420,22 +420,46 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
    * on another server or on this one earlier). */
   using ImportHandle = std::function<void(const std::string& state)>;
 
-  /* elasticps, elastic mode (PS_ELASTIC=1): when the scheduler moves a key
-   * range to another server (rebalancing, scale-out, scale-in), the old
-   * owner's export_handle hands the range's state to the new owner's
-   * import_handle. Without them (or after set_migration_handle(nullptr,
-   * nullptr)) the library moves values only, by pulling them through the
-   * request handler and pushing them into the new owner's -- which cannot
-   * carry state beside the values, nor bring keys back to a server that
-   * held them before (such moves are refused).
+  /* elasticps: the server's state hook, for elastic jobs (PS_ELASTIC=1).
+   * export_handle hands a key range's state out of this server,
+   * import_handle installs such a state; the library calls them
+   *
+   *  - to move a range (rebalancing, scale-out, scale-in: `elasticps ctl
+   *    move`): the old owner exports, the new owner imports;
+   *  - with PS_REPLICAS=k, to copy a range to a backup: the primary
+   *    exports and at once imports the state back (it keeps serving the
+   *    keys), the backup exports what it held of the range (its old copy,
+   *    dropped) and imports the primary's. Pushes after the copy are
+   *    applied on the backup by calling the request handler with them
+   *    (their KVMeta's sender is this server's own node id, timestamp -1),
+   *    and are answered to the worker only once every backup has: when
+   *    the primary dies, a backup takes its ranges over and no
+   *    acknowledged push is lost.
+   *
+   * Without a hook (or after set_migration_handle(nullptr, nullptr)) a
+   * move carries values only, pulled through the request handler and
+   * pushed into the new owner's -- which cannot carry state beside the
+   * values nor bring keys back to a server that held them (such moves are
+   * refused) -- and the server's ranges are not replicated: the first
+   * request logs one warning saying so. A KVServerDefaultHandle has a hook
+   * of its own unless one is set.
    *
    * Both run on a library thread, concurrently with the request handler
-   * (never with a request for the keys they move, which waits): guard
-   * what they share with it. Each must be all or nothing: throw to fail,
-   * having kept every key (export) or installed none (import); the move is
-   * then undone and nothing is lost. They may be set any time, before or
-   * after Start; without PS_ELASTIC nothing moves and they are never
-   * called. */
+   * for other keys (never with a request for the keys they hand over,
+   * which waits), and never two at once for overlapping keys: guard what
+   * they share with the handler. They must not call Response, Wait or
+   * anything else of this KVServer, nor wait for a request to arrive.
+   * Each must be all or nothing: throw to fail, having kept every key
+   * (export) or installed none (import); the move or copy is then undone
+   * and nothing is lost. Export may be asked for keys the server never
+   * held (return an empty state). With PS_REPLICAS, the request handler
+   * must answer every push without waiting for other requests (a backup
+   * applies forwarded pushes one at a time): a handler that merges each
+   * round's pushes before answering cannot be replicated.
+   *
+   * Set them before Start (they may be set or changed any time; the
+   * warning above reflects the handles at the first request). Without
+   * PS_ELASTIC nothing moves and they are never called. */
   void set_migration_handle(const ExportHandle& export_handle,
                             const ImportHandle& import_handle) {
     CHECK_EQ(static_cast<bool>(export_handle),
