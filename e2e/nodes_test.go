@@ -50,6 +50,8 @@ func runNode(kind string) error {
 		return snapshotPuller(po)
 	case "chaos":
 		return chaosWorker(po)
+	case "schedrestart":
+		return schedRestartWorker(po)
 	}
 	return fmt.Errorf("unknown node kind %q", kind)
 }
