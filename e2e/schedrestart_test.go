@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,61 +14,9 @@ import (
 
 	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/internal/testutil"
-	"github.com/elasticps/elasticps/kv"
-	"github.com/elasticps/elasticps/postoffice"
 )
 
-// schedRestartWorker pushes rounds to keys of its own in every server
-// range until the test's signal file appears (the test kills the
-// scheduler and starts it again meanwhile), printing its progress; then it
-// checks the pulled sums exactly and finalizes, which must report no loss.
-func schedRestartWorker(po *postoffice.Postoffice) error {
-	w, do, err := startedWorker(po)
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	var keys []uint64
-	var vals []float32
-	for s, r := range po.ServerKeyRanges() {
-		for i := range 4 {
-			keys = append(keys, r.Begin+uint64(po.MyRank()*4+i))
-			vals = append(vals, float32(s*10+i+1))
-		}
-	}
-	signal := os.Getenv("E2E_SIGNAL_FILE")
-	fmt.Println("schedrestart worker pushing")
-	rounds := 0
-	last := time.Now()
-	for deadline := time.Now().Add(60 * time.Second); ; rounds++ {
-		if _, err := os.Stat(signal); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("no signal within 60s")
-		}
-		if err := do(kv.Push(w, keys, vals, nil, kv.Options{})); err != nil {
-			return fmt.Errorf("push of round %d: %w", rounds, err)
-		}
-		if time.Since(last) >= 50*time.Millisecond {
-			fmt.Printf("rounds=%d\n", rounds)
-			last = time.Now()
-		}
-	}
-	var got []float32
-	if err := do(kv.Pull(w, keys, &got, nil, kv.Options{})); err != nil {
-		return err
-	}
-	for i, v := range vals {
-		if got[i] != v*float32(rounds) {
-			return fmt.Errorf("key %d: pulled %v after %d rounds, want %v", keys[i], got[i], rounds, v*float32(rounds))
-		}
-	}
-	fmt.Printf("sums OK after %d rounds\n", rounds)
-	return po.Finalize(0, true)
-}
-
-// schedRestartJob is a running job of 2 servers and 2 schedRestartWorkers
+// schedRestartJob is a running job of 2 servers and 2 elasticWorkers
 // with heartbeats on (1 s, lost after 2 s).
 type schedRestartJob struct {
 	env     func(...string) []string
@@ -100,7 +47,7 @@ func startSchedRestartJob(t *testing.T, elastic bool) *schedRestartJob {
 	}
 	for i := range 2 {
 		j.workers = append(j.workers, start(t, fmt.Sprintf("worker%d", i),
-			j.env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=schedrestart", "E2E_SIGNAL_FILE="+j.signal), selfExe(t)))
+			j.env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=elastic", "E2E_SIGNAL_FILE="+j.signal), selfExe(t)))
 	}
 	j.ctl = func(args ...string) string {
 		cmd := exec.Command(elasticpsBin, append([]string{"ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", ctlPort)}, args...)...)
@@ -116,7 +63,7 @@ func startSchedRestartJob(t *testing.T, elastic bool) *schedRestartJob {
 		}
 	})
 	for _, w := range j.workers {
-		w.waitFor(t, "schedrestart worker pushing")
+		w.waitFor(t, "elastic worker pushing")
 	}
 	return j
 }
@@ -151,7 +98,7 @@ func (j *schedRestartJob) killAndRestartScheduler(t *testing.T) {
 func (j *schedRestartJob) finish(t *testing.T) {
 	require.NoError(t, os.WriteFile(j.signal, nil, 0o644))
 	for _, w := range j.workers {
-		w.waitFor(t, "sums OK after")
+		w.waitFor(t, "elastic OK after")
 	}
 	for _, p := range append(append([]*proc{j.sched}, j.servers...), j.workers...) {
 		assert.Zero(t, p.exitCode(t), "%s exited non-zero:\n%s", p.name, p.output())

@@ -153,14 +153,19 @@ func (p *Postoffice) probeServers() {
 	}
 	p.mu.Unlock()
 	for _, id := range ids {
-		m := &message.Message{Meta: message.NewMeta()}
-		m.Meta.Recver = id
-		m.Meta.Control.Cmd = message.CmdHeartbeat
-		m.Meta.Control.Nodes = []message.Node{p.MyNode()}
-		if err := p.sendControl(m); err != nil && !errors.Is(err, ErrStopped) {
+		if err := p.sendHeartbeat(id); err != nil && !errors.Is(err, ErrStopped) {
 			p.vlog(1, "probe not sent", "server", id, "err", err)
 		}
 	}
+}
+
+// sendHeartbeat sends node `to` a HEARTBEAT naming this node.
+func (p *Postoffice) sendHeartbeat(to int32) error {
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = to
+	m.Meta.Control.Cmd = message.CmdHeartbeat
+	m.Meta.Control.Nodes = []message.Node{p.MyNode()}
+	return p.sendControl(m)
 }
 
 // peerHeartbeat handles a HEARTBEAT from a node other than the scheduler:
@@ -169,11 +174,7 @@ func (p *Postoffice) peerHeartbeat(m *message.Message) {
 	from := m.Meta.Sender
 	switch {
 	case p.cfg.Role == message.RoleServer && from >= 9 && from%2 == 1:
-		a := &message.Message{Meta: message.NewMeta()}
-		a.Meta.Recver = from
-		a.Meta.Control.Cmd = message.CmdHeartbeat
-		a.Meta.Control.Nodes = []message.Node{p.MyNode()}
-		if err := p.sendControl(a); err != nil && !errors.Is(err, ErrStopped) {
+		if err := p.sendHeartbeat(from); err != nil && !errors.Is(err, ErrStopped) {
 			p.vlog(1, "probe not answered", "worker", from, "err", err)
 		}
 	case p.cfg.Role == message.RoleWorker && from >= 8 && from%2 == 0:
@@ -273,11 +274,7 @@ func (p *Postoffice) startHeartbeat() {
 				if _, lost := p.SchedulerLost(); lost && p.cfg.Role == message.RoleWorker {
 					p.probeServers()
 				}
-				m := &message.Message{Meta: message.NewMeta()}
-				m.Meta.Recver = message.SchedulerID
-				m.Meta.Control.Cmd = message.CmdHeartbeat
-				m.Meta.Control.Nodes = []message.Node{p.MyNode()}
-				if err := p.sendControl(m); err != nil && !errors.Is(err, ErrStopped) {
+				if err := p.sendHeartbeat(message.SchedulerID); err != nil && !errors.Is(err, ErrStopped) {
 					p.log.Warn("heartbeat not sent", "err", err)
 				}
 			}
