@@ -263,8 +263,10 @@ func faultWorker(po *postoffice.Postoffice) error {
 	return err
 }
 
-// elasticWorker pushes rounds until the test's signal file appears (the
-// test drains a server meanwhile), then checks the sums exactly.
+// elasticWorker pushes rounds to keys of its own (by rank) in every server
+// range until the test's signal file appears (the test drains a server,
+// or kills the scheduler, meanwhile), printing its progress every 50 ms,
+// then checks the sums exactly and finalizes.
 func elasticWorker(po *postoffice.Postoffice) error {
 	w, do, err := startedWorker(po)
 	if err != nil {
@@ -275,12 +277,13 @@ func elasticWorker(po *postoffice.Postoffice) error {
 	var vals []float32
 	for s, r := range po.ServerKeyRanges() {
 		for i := range 4 {
-			keys = append(keys, r.Begin+uint64(i))
+			keys = append(keys, r.Begin+uint64(po.MyRank()*4+i))
 			vals = append(vals, float32(s*10+i+1))
 		}
 	}
 	signal := os.Getenv("E2E_SIGNAL_FILE")
 	rounds := 0
+	last := time.Now()
 	fmt.Println("elastic worker pushing")
 	for deadline := time.Now().Add(60 * time.Second); ; rounds++ {
 		if _, err := os.Stat(signal); err == nil {
@@ -290,7 +293,11 @@ func elasticWorker(po *postoffice.Postoffice) error {
 			return errors.New("no signal within 60s")
 		}
 		if err := do(kv.Push(w, keys, vals, nil, kv.Options{})); err != nil {
-			return err
+			return fmt.Errorf("push of round %d: %w", rounds, err)
+		}
+		if time.Since(last) >= 50*time.Millisecond {
+			fmt.Printf("rounds=%d\n", rounds)
+			last = time.Now()
 		}
 	}
 	var got []float32

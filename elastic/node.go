@@ -64,6 +64,9 @@ func Attach(po *postoffice.Postoffice) (*Node, error) {
 	}
 	n := &Node{po: po, on: true, link: l, table: routing.NewIdentityTable(po.NumServers()), every: reportInterval(po)}
 	l.Handle(n.handle)
+	// A restarted scheduler takes the newest table any node holds
+	// (coord.Coordinator's rebuild).
+	po.SetRejoinState(func() []byte { return n.table.Current().Marshal() })
 	return n, nil
 }
 

@@ -95,24 +95,65 @@ func TestDeadServerFailsWaitingOperations(t *testing.T) {
 	}
 }
 
-// With the scheduler gone, nobody can tell that a server died: an
-// operation that waited longer than the heartbeat timeout fails, and
-// barriers fail instead of waiting for a release that cannot come.
+// With the scheduler gone, nobody can tell that a server died: the worker
+// probes the servers, and an operation fails once its server has not
+// answered for the heartbeat timeout, while the operations on a server
+// that answers go on, also one it holds for longer than the timeout;
+// barriers fail once the scheduler has not come back within
+// PS_SCHEDULER_WAIT.
 func TestSchedulerLostBoundsWaits(t *testing.T) {
-	j := startJobWith(t, jobtest.Options{Servers: 2, Workers: 1, Configure: heartbeats})
-	silent := j.startSumAndSilentServers()
+	j := startJobWith(t, jobtest.Options{Servers: 2, Workers: 1, Configure: func(c *postoffice.Config) {
+		heartbeats(c)
+		c.SchedulerWait = 3 * time.Second
+	}})
+	held := make(chan func(), 1) // answers the held request
+	var silent *postoffice.Postoffice
+	for _, po := range j.Servers {
+		srv, err := NewServer(po, 0)
+		require.NoError(t, err)
+		t.Cleanup(srv.Close)
+		if po.MyRank() == 1 {
+			srv.SetRequestHandler(func(ReqMeta, KVPairs, *Server) {})
+			silent = po
+			continue
+		}
+		sum := NewDefaultHandler().Handle
+		srv.SetRequestHandler(func(m ReqMeta, kvs KVPairs, s *Server) {
+			if m.Cmd == 7 {
+				held <- func() { _ = s.Response(m, KVPairs{}) }
+				return
+			}
+			sum(m, kvs, s)
+		})
+	}
 	w := j.newWorker(0, 0)
 	r := j.Workers[0].ServerKeyRanges()
 	pending, err := Push(w, []uint64{r[1].Begin}, []float32{1}, nil, Options{})
 	require.NoError(t, err)
+	slow, err := Push(w, []uint64{r[0].Begin + 1}, []float32{1}, nil, Options{Cmd: 7})
+	require.NoError(t, err)
+	answer := testutil.Recv(t, held, bound, func() string { return "the held push did not arrive" })
 	j.Scheduler.Stop()
+	silent.Stop() // dies while nobody would say so
 
 	err = testutil.Within(t, bound, func() error { return w.Wait(pending) }, func() string { return "Wait with the scheduler lost did not return" })
 	require.Error(t, err)
 	assert.ErrorContains(t, err, fmt.Sprintf("kv: request %d waited", pending))
-	assert.ErrorContains(t, err, fmt.Sprintf("for server %d (rank 1) while the scheduler is unreachable (no answer to heartbeats for 500ms (PS_HEARTBEAT_TIMEOUT))", silent.MyNode().ID))
+	assert.ErrorContains(t, err, fmt.Sprintf("for server %d (rank 1), which has not answered for longer than PS_HEARTBEAT_TIMEOUT while the scheduler is unreachable", silent.MyNode().ID))
+	since, lost := j.Workers[0].SchedulerLost()
+	require.True(t, lost)
+	// the server that answers keeps serving for four timeouts, and its
+	// held push waits all along
+	for n := 0; n < 3 || time.Since(since) < 2*time.Second; n++ {
+		ts, err := Push(w, []uint64{r[0].Begin}, []float32{1}, nil, Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Wait(ts), "push %d to the live server", n)
+	}
+	answer()
+	require.NoError(t, w.Wait(slow), "the push the live server held")
 	err = testutil.Within(t, bound, func() error { return j.Workers[0].Finalize(0, true) }, func() string { return "Finalize did not return" })
 	require.ErrorIs(t, err, postoffice.ErrNodesLost)
 	assert.ErrorContains(t, err, "the scheduler (")
+	assert.ErrorContains(t, err, "did not come back within 3s")
 	assert.False(t, errors.Is(err, postoffice.ErrStopped), "want the failure, not a stop: %v", err)
 }

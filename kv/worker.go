@@ -94,6 +94,7 @@ type Worker struct {
 	// server is re-sent to the backup promoted in its place (see
 	// awaitFailover) instead of failing.
 	failover bool
+	watching atomic.Bool // watchStale runs (schedloss.go)
 
 	dropped   atomic.Int64 // responses that matched no outstanding operation
 	redirects atomic.Int64 // spans re-routed after a server redirected them
@@ -137,6 +138,7 @@ func NewWorkerWith(po *postoffice.Postoffice, appID, customerID int, opts Worker
 		return nil, err
 	}
 	po.OnNodeGone(w.nodeGone)
+	go w.watchStale()
 	return w, nil
 }
 
@@ -1002,30 +1004,6 @@ func (w *Worker) nodeGone(ev postoffice.NodeEvent) {
 	case !ev.Dead:
 	case ev.Role == message.RoleServer:
 		w.enqueueSweep(&sweep{node: ev.ID})
-	case ev.ID == message.SchedulerID:
-		go w.watchStale()
-	}
-}
-
-// watchStale fails, while the node runs, every operation that has waited
-// longer than PS_HEARTBEAT_TIMEOUT: with the scheduler lost, a server's
-// death would never be told, and its operations would wait forever.
-func (w *Worker) watchStale() {
-	timeout := w.po.Config().HeartbeatTimeout
-	if timeout <= 0 {
-		return
-	}
-	t := time.NewTicker(max(timeout/4, 10*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case now := <-t.C:
-			w.enqueueSweep(&sweep{before: now.Add(-timeout)})
-		case <-w.c.quit:
-			return
-		case <-w.po.Done():
-			return
-		}
 	}
 }
 
@@ -1050,6 +1028,9 @@ func (w *Worker) sweep(sw *sweep) {
 			continue
 		}
 		for _, n := range o.waiting {
+			if sw.node == 0 && w.po.HeardFrom(n).After(sw.before) {
+				continue // it answers the node's probes: alive
+			}
 			if sw.node == 0 || n == sw.node {
 				hits = append(hits, hit{ts, n, now.Sub(o.start)})
 			}
@@ -1064,9 +1045,9 @@ func (w *Worker) sweep(sw *sweep) {
 	for _, h := range hits {
 		err := w.deadServer(h.node)
 		if sw.node == 0 {
-			sched, _ := w.po.Gone(message.SchedulerID)
-			err = fmt.Errorf("kv: request %d waited %s for server %d (rank %d) while the scheduler is unreachable (%s), so nobody can tell whether that server is alive: the request fails; restart the job",
-				h.ts, h.waited.Round(time.Millisecond), h.node, message.IDToRank(int(h.node)), sched.Reason)
+			since, _ := w.po.SchedulerLost()
+			err = fmt.Errorf("kv: request %d waited %s for server %d (rank %d), which has not answered for longer than PS_HEARTBEAT_TIMEOUT while the scheduler is unreachable (no answer to heartbeats for PS_HEARTBEAT_TIMEOUT, found %s ago), so nobody can tell whether that server is alive: the request fails; restart the job",
+				h.ts, h.waited.Round(time.Millisecond), h.node, message.IDToRank(int(h.node)), now.Sub(since).Round(time.Millisecond))
 		} else {
 			err = fmt.Errorf("kv: request %d: %w", h.ts, err)
 		}

@@ -31,16 +31,9 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 		_ = old
 		return fmt.Errorf("postoffice: customer %d is already in a barrier", customerID)
 	}
-	p.barrierWait[int32(customerID)] = ch
+	p.barrierWait[int32(customerID)] = barrierWaiter{done: ch, group: int32(group)}
 	p.mu.Unlock()
-	m := &message.Message{Meta: message.NewMeta()}
-	m.Meta.Recver = message.SchedulerID
-	m.Meta.Request = true
-	m.Meta.AppID = 0
-	m.Meta.CustomerID = int32(customerID)
-	m.Meta.Control.Cmd = message.CmdBarrier
-	m.Meta.Control.BarrierGroup = int32(group)
-	if err := p.sendControl(m); err != nil {
+	if err := p.sendBarrier(int32(customerID), int32(group)); err != nil {
 		p.mu.Lock()
 		delete(p.barrierWait, int32(customerID))
 		p.mu.Unlock()
@@ -63,10 +56,44 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 	return nil
 }
 
+// barrierWaiter is a customer waiting in a barrier.
+type barrierWaiter struct {
+	done  chan struct{} // closed on release
+	group int32
+}
+
+// sendBarrier sends customer's BARRIER request for group to the scheduler.
+func (p *Postoffice) sendBarrier(customer, group int32) error {
+	m := &message.Message{Meta: message.NewMeta()}
+	m.Meta.Recver = message.SchedulerID
+	m.Meta.Request = true
+	m.Meta.AppID = 0
+	m.Meta.CustomerID = customer
+	m.Meta.Control.Cmd = message.CmdBarrier
+	m.Meta.Control.BarrierGroup = group
+	return p.sendControl(m)
+}
+
+// resendBarriers sends the requests of every barrier this node waits in
+// again (to a scheduler that came back: it counts each arrival once).
+func (p *Postoffice) resendBarriers() {
+	p.mu.Lock()
+	waiting := make(map[int32]int32, len(p.barrierWait))
+	for c, w := range p.barrierWait {
+		waiting[c] = w.group
+	}
+	p.mu.Unlock()
+	for c, g := range waiting {
+		if err := p.sendBarrier(c, g); err != nil {
+			p.log.Warn("barrier request not sent again", "group", g, "err", err)
+		}
+	}
+}
+
 func (p *Postoffice) releaseBarrier() {
 	p.mu.Lock()
-	for c, ch := range p.barrierWait {
-		close(ch)
+	for c, w := range p.barrierWait {
+		close(w.done)
 		delete(p.barrierWait, c)
 	}
 	p.mu.Unlock()

@@ -58,6 +58,10 @@ type Config struct {
 	// (PS_HEARTBEAT_TIMEOUT, seconds); 0 = never dead. Recovery of a
 	// restarted node needs both heartbeat settings.
 	HeartbeatTimeout time.Duration
+	// SchedulerWait is how long a server or worker that lost the scheduler
+	// waits for it to come back (restarted) before its barriers fail
+	// (PS_SCHEDULER_WAIT, seconds); 0: 30 heartbeat timeouts.
+	SchedulerWait time.Duration
 	// Resend enables the ACK/resend layer (PS_RESEND) with ResendTimeout
 	// (PS_RESEND_TIMEOUT, ms, default 1000).
 	Resend        bool
@@ -295,6 +299,11 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		return c, err
 	}
 	c.HeartbeatTimeout = time.Duration(hbt) * time.Second
+	sw, err := optionalInt(get, "PS_SCHEDULER_WAIT", 0, 0, "seconds >= 0 a node waits for a lost scheduler to come back (0 = 30 heartbeat timeouts)")
+	if err != nil {
+		return c, err
+	}
+	c.SchedulerWait = time.Duration(sw) * time.Second
 	inl, err := optionalInt(get, "PS_INLINE_HANDOVER_US", 0, -1, "microseconds >= 1 a handler may hold the receive loop, 0 for the default (20000), or -1 to run every handler on its customer's goroutine")
 	if err != nil {
 		return c, err

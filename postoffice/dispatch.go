@@ -139,6 +139,10 @@ func (p *Postoffice) handleAsNode(m *message.Message) {
 	case message.CmdBarrier:
 		p.reject(fmt.Errorf("BARRIER request from node %d reached a %s; only the scheduler counts barriers", m.Meta.Sender, p.cfg.Role))
 	case message.CmdHeartbeat:
+		if m.Meta.Sender != message.SchedulerID {
+			p.peerHeartbeat(m) // a probe while the scheduler is lost
+			return
+		}
 		p.heardScheduler()
 	case scheduler.CmdNodeDead, scheduler.CmdNodeLeft:
 		p.nodeGoneNotice(m)

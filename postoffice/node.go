@@ -54,8 +54,8 @@ type Postoffice struct {
 	customers map[customerKey]Customer
 	parked    map[customerKey][]parked
 	exitFns   []func()
-	// barrier waiters: customer id -> channel closed on release
-	barrierWait map[int32]chan struct{}
+	// barrier waiters: customer id -> its barrier
+	barrierWait map[int32]barrierWaiter
 	barrierErr  error // set: every barrier fails with it (the scheduler will not release it)
 
 	hbMu      sync.Mutex
@@ -77,7 +77,8 @@ type Postoffice struct {
 	memberMu sync.Mutex
 	member   *membership.Member
 
-	gone goneTable // nodes the job lost (gone.go)
+	gone  goneTable // nodes the job lost (gone.go)
+	sched schedLink // a lost scheduler, a rebuilt one (heartbeat.go)
 
 	waitReport waitReport // when to report a long wait for the job (wait.go)
 }
@@ -118,7 +119,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		connected:   map[string]int32{},
 		customers:   map[customerKey]Customer{},
 		parked:      map[customerKey][]parked{},
-		barrierWait: map[int32]chan struct{}{},
+		barrierWait: map[int32]barrierWaiter{},
 		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
 		ranges:      routing.KeyRanges(cfg.NumServers),
 		waitReport:  waitReport{waitReportFirst, waitReportMax},

@@ -97,6 +97,10 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 	}
 	if p.isReady() {
 		p.vlog(1, "peer list updated (recovery)", "nodes", fmt.Sprint(m.Meta.Control.Nodes))
+		if _, lost := p.SchedulerLost(); lost {
+			// the node list answers this node's re-registration
+			p.schedulerBack()
+		}
 		return
 	}
 	p.heardScheduler()

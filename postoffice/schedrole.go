@@ -3,6 +3,7 @@ package postoffice
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/elasticps/elasticps/membership"
@@ -19,7 +20,8 @@ import (
 //     each is handled, so a registration or barrier is carried out before
 //     the next message is read, as when the receive loop handled it itself;
 //   - a tick, which lets parked recoveries go on once the node they replace
-//     timed out (only with heartbeat timeouts or gossip);
+//     timed out (with heartbeat timeouts or gossip) and ends a restarted
+//     scheduler's rebuild;
 //   - membership gossip events (a server seen to fail);
 //   - requests from other goroutines (Members, DeadNodes, Leave, ...).
 //
@@ -64,16 +66,16 @@ func (d *schedulerDriver) start(cfg scheduler.Config, now time.Time) {
 
 func (d *schedulerDriver) run(s *scheduler.State) {
 	defer close(d.done)
-	var tick <-chan time.Time // nil: no tick
-	if cfg := d.p.cfg; cfg.HeartbeatTimeout > 0 || cfg.GossipPort > 0 {
-		every := time.Second
-		if cfg.HeartbeatTimeout > 0 {
-			every = min(cfg.HeartbeatTimeout/4, every)
-		}
-		t := time.NewTicker(every)
-		defer t.Stop()
-		tick = t.C
+	// Always a tick: besides heartbeat timeouts and gossip, it ends a
+	// restarted scheduler's rebuild when not every node came back
+	// (scheduler.Config.RebuildWait).
+	every := time.Second
+	if t := d.p.cfg.HeartbeatTimeout; t > 0 {
+		every = min(t/4, every)
 	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	tick := t.C
 	for {
 		select {
 		case r := <-d.controlc:
@@ -150,6 +152,11 @@ func (d *schedulerDriver) step(s *scheduler.State, m *message.Message) scheduler
 		if len(m.Meta.Control.Nodes) != 1 {
 			return rejected(fmt.Errorf("ADD_NODE from node %d carries %d nodes; a registration carries exactly 1", m.Meta.Sender, len(m.Meta.Control.Nodes)))
 		}
+		if n := m.Meta.Control.Nodes[0]; n.ID != message.Empty {
+			// A node of a running job re-registering (rebuild.go in
+			// package scheduler has the rule).
+			return s.Rejoin(time.Now(), n, m.Meta.Body)
+		}
 		return s.AddNode(time.Now(), m.Meta.Sender, m.Meta.Control.Nodes[0])
 	case message.CmdBarrier:
 		return s.Barrier(m.Meta.Sender, m.Meta.AppID, m.Meta.CustomerID, m.Meta.Control.BarrierGroup)
@@ -190,6 +197,9 @@ func (d *schedulerDriver) apply(a scheduler.Actions) {
 	p := d.p
 	for _, e := range a.Events {
 		p.vlog(1, e)
+	}
+	if a.Rebuilt != nil {
+		p.rebuilt(a.Rebuilt)
 	}
 	for _, err := range a.Errors {
 		p.reject(err)
@@ -281,4 +291,37 @@ func (p *Postoffice) Standbys() []int32 {
 	var ids []int32
 	p.driver.query(func(s *scheduler.State) { ids = s.Standbys() })
 	return ids
+}
+
+// OnRebuild calls f, on the scheduler, when the scheduler rebuilt its state
+// from a running job's nodes (it was restarted; see package scheduler,
+// Rejoin), with the state each node re-registered with (SetRejoinState):
+// on the driver's goroutine, before the node is ready and before any node
+// is declared dead, so f must not block nor call the scheduler's methods.
+// Register it before Start.
+func (p *Postoffice) OnRebuild(f func(states map[int32][]byte)) {
+	p.sched.mu.Lock()
+	p.sched.rebuilt = append(p.sched.rebuilt, f)
+	p.sched.mu.Unlock()
+}
+
+// rebuilt marks this scheduler as one that took over a running job
+// (IsRecovery: it skips the start barrier the others passed long ago) and
+// tells the OnRebuild subscribers.
+func (p *Postoffice) rebuilt(nodes []scheduler.Rejoined) {
+	p.mu.Lock()
+	p.myNode.IsRecovery = true
+	p.mu.Unlock()
+	states := make(map[int32][]byte, len(nodes))
+	for _, r := range nodes {
+		states[r.Node.ID] = r.State
+	}
+	p.log.Warn("scheduler: restarted into a running job: rebuilt its state from the nodes that re-registered (ids, ranks and addresses as they were)",
+		"nodes", len(nodes), "expected", p.cfg.NumServers+p.cfg.NumWorkers)
+	p.sched.mu.Lock()
+	subs := slices.Clone(p.sched.rebuilt)
+	p.sched.mu.Unlock()
+	for _, f := range subs {
+		f(states)
+	}
 }

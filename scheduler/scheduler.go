@@ -37,6 +37,11 @@ type Config struct {
 	// registers after the job started (a restarted one included) joins as
 	// a standby instead of taking over a dead server's id (rejoin).
 	Replicas int
+	// RebuildWait bounds how long a restarted scheduler waits, from the
+	// first node that re-registers with its id, for the rest of the job's
+	// servers and workers (see Rejoin); 0: 2*HeartbeatTimeout +
+	// HeartbeatInterval, at least a second.
+	RebuildWait time.Duration
 }
 
 // Actions are what the caller must do after a Step, in this order: open
@@ -56,6 +61,10 @@ type Actions struct {
 	// step. Send already holds the notices to every live node; the caller
 	// tells its own subscribers.
 	Gone []Gone
+	// Rebuilt is set, with Ready, when the state was rebuilt from the
+	// nodes of a running job (a restarted scheduler, see Rejoin): every
+	// node that re-registered and the state it sent along.
+	Rebuilt []Rejoined
 }
 
 // Gone is a node the scheduler declared dead, or that left the job.
@@ -107,6 +116,7 @@ type State struct {
 	early      []message.Node // standbys that registered before the job was complete
 	dead       map[int32]Gone // declared dead and not replaced since
 	lost       []Gone         // servers declared dead: their state is lost (no replicas)
+	rebuild    *rebuild       // set while a restarted scheduler collects the running job's nodes
 }
 
 // New returns the state at time now.
@@ -190,6 +200,15 @@ func (s *State) AddNode(now time.Time, sender int32, node message.Node) Actions 
 	}
 	if node.Role != message.RoleServer && node.Role != message.RoleWorker {
 		a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s:%d has role %s: only servers and workers register", node.Hostname, node.Port, node.Role))
+		return a
+	}
+	if s.rebuild != nil {
+		// A new process (a restarted server, a standby) while the
+		// running job's nodes re-register: it is handled once the job
+		// is rebuilt, as by the scheduler it replaces.
+		s.rebuild.deferred = append(s.rebuild.deferred, node)
+		a.Events = append(a.Events, fmt.Sprintf("%s %s registers while the job is rebuilt: handled once it is", node.Role, addrKey(node)))
+		s.abandonRebuild(now, &a)
 		return a
 	}
 	if node.Standby {
@@ -300,6 +319,9 @@ func (s *State) join(now time.Time, node message.Node, a *Actions) {
 		}
 	}
 	node.ID = int32(message.ServerRankToID(s.cfg.NumServers + len(s.standbys)))
+	for s.Addr(node.ID) != "" || s.left[node.ID] {
+		node.ID += 2 // a rebuilt job's standbys keep their ids, which may have gaps
+	}
 	s.standbys = append(s.standbys, node)
 	s.byAddr[addrKey(node)] = node.ID
 	s.heartbeats[node.ID] = now
@@ -556,6 +578,14 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 		a.Errors = append(a.Errors, fmt.Errorf("BARRIER from node %d names group %d: valid groups are 1-7", sender, group))
 		return a
 	}
+	if !s.ready {
+		// Only a restarted scheduler gets these (a node enters barriers
+		// after it is started): requests queued for the old one. The
+		// nodes send their waiting barriers again once they have the
+		// rebuilt node list.
+		a.Events = append(a.Events, fmt.Sprintf("dropped BARRIER from node %d before the job is complete: it is sent again", sender))
+		return a
+	}
 	// Arrivals are a set: a repeated request from the same node and
 	// customer in one round (a resend, or a restarted node re-entering the
 	// barrier its dead predecessor had already reached) counts once. ps-lite
@@ -627,7 +657,14 @@ type arrival struct{ node, customer int32 }
 // declared dead whose heartbeats come back (it was only late) is told it
 // is out of the job: the others no longer wait for it, and it must not
 // wait for them.
+//
+// A heartbeat from a node the state does not know (a restarted scheduler
+// before the job re-registered) is not answered: the node then finds the
+// scheduler lost and re-registers (Rejoin).
 func (s *State) Heartbeat(now time.Time, id int32) Actions {
+	if _, known := s.node(id); !known {
+		return Actions{Events: []string{fmt.Sprintf("heartbeat from node %d, which has not re-registered: not answered", id)}}
+	}
 	s.heartbeats[id] = now
 	m := &message.Message{Meta: message.NewMeta()}
 	m.Meta.Recver = id
@@ -680,6 +717,9 @@ func (s *State) MarkFailed(id int32) Actions {
 // periodically (e.g. every second) with the current time.
 func (s *State) Tick(now time.Time) Actions {
 	var a Actions
+	if s.rebuild != nil && !now.Before(s.rebuild.start.Add(s.rebuildWait())) {
+		s.finishRebuild(now, &a)
+	}
 	if !s.ready {
 		return a
 	}

@@ -90,6 +90,7 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 	c := &Coordinator{po: po, link: link, table: routing.NewIdentityTable(po.NumServers()), log: po.Logger(), Timeout: 30 * time.Second, PublishWait: 2 * time.Second,
 		exports: make(chan export, 4), nodes: map[int32]*nodeRoutes{}, acked: make(chan struct{})}
 	link.Handle(c.handle)
+	po.OnRebuild(c.rebuild)
 	if k := po.Config().Replicas; k > 0 {
 		c.replicas, c.lost = k, map[int32]bool{}
 		po.OnNodeGone(c.serverGone)
