@@ -124,13 +124,13 @@ func TestSchedulerKilledAndRestarted(t *testing.T) {
 // a move through the control API after the restart succeeds, on top of it.
 func TestSchedulerKilledAndRestartedElastic(t *testing.T) {
 	j := startSchedRestartJob(t, true)
-	require.Contains(t, j.ctl("move", "0", "1000", "10"), `"To": 10`)
+	require.Contains(t, j.ctl("--json", "move", "0", "1000", "10"), `"to": 10`)
 	require.Contains(t, j.ctl("status"), "routing epoch 2")
 	j.killAndRestartScheduler(t)
 	j.sched.waitFor(t, "coord: routing table taken over from the running job")
 	require.Contains(t, j.sched.output(), "epoch=2", "the restarted scheduler took another epoch")
 	require.Contains(t, j.ctl("status"), "routing epoch 2")
-	require.Contains(t, j.ctl("move", "0", "1000", "8"), `"To": 8`)
+	require.Contains(t, j.ctl("--json", "move", "0", "1000", "8"), `"to": 8`)
 	status := j.ctl("status")
 	require.Contains(t, status, "routing epoch 4")
 	require.Regexp(t, `(?m)^0\s+\d+\s+8\s`, status, "keys [0, 1000) should be back on server 8:\n%s", status)
