@@ -41,6 +41,9 @@ func compatProgram(t *testing.T, name string) string {
 	path, err := filepath.Abs(filepath.Join(dir, name))
 	require.NoError(t, err)
 	if st, err := os.Stat(path); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		if os.Getenv("ELASTICPS_REQUIRE_CPP") != "" {
+			t.Fatalf("%s is not built, and ELASTICPS_REQUIRE_CPP is set (make compat builds it first)", path)
+		}
 		t.Skipf("%s is not built: run 'make -C compat_tests' (or set COMPAT_BIN_DIR to the directory of the compat programs) to run the C++ server test", path)
 	}
 	return path
