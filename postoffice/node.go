@@ -65,6 +65,9 @@ type Postoffice struct {
 	groups   map[int][]int32
 	ranges   []routing.Range
 	resender *resender
+	// dropFilter, set by tests before Start, drops the received messages
+	// it returns true for, as PS_DROP_MSG drops at random.
+	dropFilter func(*message.Message) bool
 	inline   *handOver // nil when Config.InlineHandOver < 0
 	cpus     cpuShare
 

@@ -11,15 +11,21 @@ func (p *Postoffice) Send(m *message.Message) (int, error) {
 	default:
 	}
 	m.Meta.Sender = p.myID.Load()
+	var sig uint64
+	kept := false
+	if p.resender != nil {
+		// Kept before it goes: its ACK may come back before Send returns.
+		sig, kept = p.resender.addOutgoing(m)
+	}
 	n, err := p.tr.Send(m)
 	if err != nil {
+		if kept {
+			p.resender.removeOutgoing(sig)
+		}
 		return n, err
 	}
 	p.stats.MsgsSent.Add(1)
 	p.stats.BytesSent.Add(int64(n))
-	if p.resender != nil {
-		p.resender.addOutgoing(m)
-	}
 	if p.cfg.Verbose >= 2 {
 		p.log.Info("send", "msg", m.Meta.String())
 	}
