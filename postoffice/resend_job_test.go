@@ -61,11 +61,9 @@ func assertNoResendFailure(t *testing.T, j *jobtest.Job) {
 	}
 }
 
-// Every registration, sent before the node has an id, and every node list,
-// received before it, is acknowledged: once the job runs, nothing is left
-// to resend anywhere.
-func TestResendRegistrationAcknowledged(t *testing.T) {
-	j := resendJob(t, 20*time.Millisecond, 0, nil)
+// waitAcknowledged waits until no node of j has a message unacknowledged.
+func waitAcknowledged(t *testing.T, j *jobtest.Job) {
+	t.Helper()
 	testutil.WaitFor(t, 10*time.Second, func() bool {
 		for _, p := range j.All() {
 			if p.Unacknowledged() != 0 {
@@ -80,6 +78,14 @@ func TestResendRegistrationAcknowledged(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// Every registration, sent before the node has an id, and every node list,
+// received before it, is acknowledged: once the job runs, nothing is left
+// to resend anywhere.
+func TestResendRegistrationAcknowledged(t *testing.T) {
+	j := resendJob(t, 20*time.Millisecond, 0, nil)
+	waitAcknowledged(t, j)
 	finalizeAll(t, j)
 	assertNoResendFailure(t, j)
 }
@@ -160,6 +166,7 @@ func TestResendFinalReleaseAckLost(t *testing.T) {
 			return m.Meta.Control.Cmd == message.CmdAck && m.Meta.Sender == int32(message.WorkerRankToID(0))
 		}))
 	})
+	waitAcknowledged(t, j) // the ACK dropped is the final release's
 	armed.Store(true)
 	finalizeAll(t, j)
 	require.True(t, dropped.Load())
@@ -177,6 +184,7 @@ func TestResendBarrierRequestAckLost(t *testing.T) {
 			return m.Meta.Control.Cmd == message.CmdAck && m.Meta.Sender == message.SchedulerID
 		}))
 	})
+	waitAcknowledged(t, j) // the ACK dropped is the barrier request's
 	armed.Store(true)
 	done := make(chan error, 1)
 	go func() { done <- j.Workers[0].Barrier(0, message.WorkerGroup) }()
