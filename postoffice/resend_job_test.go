@@ -142,35 +142,34 @@ func isRelease(m *message.Message) bool {
 	return m.Meta.Control.Cmd == message.CmdBarrier && !m.Meta.Request
 }
 
+// finalizeLosingOne starts a job, makes the node at(j) drop the first
+// message match accepts once the start's messages are acknowledged, and
+// finalizes every node: all return, nothing is given up.
+func finalizeLosingOne(t *testing.T, timeout time.Duration, at func(*jobtest.Job) *postoffice.Postoffice, match func(*message.Message) bool) {
+	t.Helper()
+	var armed, dropped atomic.Bool
+	j := resendJob(t, timeout, 0, func(j *jobtest.Job) { at(j).DropReceived(dropOnce(&armed, &dropped, match)) })
+	waitAcknowledged(t, j)
+	armed.Store(true)
+	finalizeAll(t, j)
+	require.True(t, dropped.Load(), "the message to lose was never received")
+	assertNoResendFailure(t, j)
+}
+
 // issue 24: a worker loses the scheduler's final barrier release. The
 // scheduler, released itself, waits for the acknowledgement before it
 // stops, and resends: the worker finalizes too.
 func TestResendFinalReleaseLost(t *testing.T) {
-	var armed, dropped atomic.Bool
-	j := resendJob(t, 50*time.Millisecond, 0, func(j *jobtest.Job) {
-		j.Workers[0].DropReceived(dropOnce(&armed, &dropped, isRelease))
-	})
-	armed.Store(true)
-	finalizeAll(t, j)
-	require.True(t, dropped.Load())
-	assertNoResendFailure(t, j)
+	finalizeLosingOne(t, 50*time.Millisecond, func(j *jobtest.Job) *postoffice.Postoffice { return j.Workers[0] }, isRelease)
 }
 
 // The scheduler loses a worker's ACK of the final release: it resends the
 // release, and the worker, which lingers after its release, acknowledges
 // it again, so that the scheduler stops without giving up.
 func TestResendFinalReleaseAckLost(t *testing.T) {
-	var armed, dropped atomic.Bool
-	j := resendJob(t, 200*time.Millisecond, 0, func(j *jobtest.Job) {
-		j.Scheduler.DropReceived(dropOnce(&armed, &dropped, func(m *message.Message) bool {
-			return m.Meta.Control.Cmd == message.CmdAck && m.Meta.Sender == int32(message.WorkerRankToID(0))
-		}))
+	finalizeLosingOne(t, 200*time.Millisecond, func(j *jobtest.Job) *postoffice.Postoffice { return j.Scheduler }, func(m *message.Message) bool {
+		return m.Meta.Control.Cmd == message.CmdAck && m.Meta.Sender == int32(message.WorkerRankToID(0))
 	})
-	waitAcknowledged(t, j) // the ACK dropped is the final release's
-	armed.Store(true)
-	finalizeAll(t, j)
-	require.True(t, dropped.Load())
-	assertNoResendFailure(t, j)
 }
 
 // A node loses the scheduler's ACK of its barrier request and sends it
