@@ -94,7 +94,7 @@ func TestResendRegistrationAcknowledged(t *testing.T) {
 // the last node (held back here): it counts each node once, and the job
 // gets the ids of its ranks.
 func TestResendRegistrationDuplicatesCountOnce(t *testing.T) {
-	j := resendJob(t, 5*time.Millisecond, 0, func(j *jobtest.Job) {
+	j := resendJob(t, 20*time.Millisecond, 0, func(j *jobtest.Job) {
 		var mu sync.Mutex
 		copies := map[int32]int{} // ADD_NODE receipts by port
 		var held int32            // the port of the node held back
