@@ -78,14 +78,24 @@ func (p *Postoffice) receiveLoop() {
 			return
 		}
 		size := messageBytes(m)
-		if p.cfg.DropPercent > 0 && p.isReady() && rand.IntN(100) < p.cfg.DropPercent {
+		if p.resender != nil {
+			p.resender.arrived()
+		}
+		// PS_DROP_MSG simulates loss on the network; the TERMINATE a node
+		// sends itself to stop never crosses one.
+		if p.cfg.DropPercent > 0 && p.isReady() && m.Meta.Control.Cmd != message.CmdTerminate && rand.IntN(100) < p.cfg.DropPercent {
 			p.log.Warn("PS_DROP_MSG: dropping", "msg", m.Meta.String())
+			p.Release(m)
+			continue
+		}
+		if p.dropFilter != nil && p.dropFilter(m) {
 			p.Release(m)
 			continue
 		}
 		if p.cfg.Verbose >= 2 {
 			p.log.Info("recv", "message", m.String())
 		}
+		anonymous := p.myID.Load() == message.Empty
 		if p.resender != nil && p.resender.addIncoming(m) {
 			p.Release(m) // a duplicate or an ACK: nothing keeps it
 			continue
@@ -104,6 +114,9 @@ func (p *Postoffice) receiveLoop() {
 		}
 		p.Detach(m) // control handling keeps no promise to Release
 		p.handle(m)
+		if anonymous && p.resender != nil {
+			p.resender.registered(m) // m gave this node its id
+		}
 	}
 }
 

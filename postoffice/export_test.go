@@ -44,3 +44,27 @@ func SetWaitReport(first, max time.Duration) (restore func()) {
 	waitReportFirst, waitReportMax = first, max
 	return func() { waitReportFirst, waitReportMax = f, m }
 }
+
+// DropReceived makes p drop, before Start, every received message f
+// returns true for (on the receive loop), as PS_DROP_MSG does at random.
+func (p *Postoffice) DropReceived(f func(*message.Message) bool) { p.dropFilter = f }
+
+// Unacknowledged is the number of messages p sent that its resender keeps
+// until acknowledged (0 without PS_RESEND).
+func (p *Postoffice) Unacknowledged() int {
+	if p.resender == nil {
+		return 0
+	}
+	p.resender.mu.Lock()
+	defer p.resender.mu.Unlock()
+	return len(p.resender.pending)
+}
+
+// ResendFailures is how many messages p's resender gave up on, and how
+// many times its shutdown stopped waiting for acknowledgements.
+func (p *Postoffice) ResendFailures() (gaveUp, unsettled int64) {
+	if p.resender == nil {
+		return 0, 0
+	}
+	return p.resender.gaveUp.Load(), p.resender.unsettled.Load()
+}

@@ -166,6 +166,9 @@ func (p *Postoffice) nodeRecovered(n message.Node) {
 		g.Replaced = true
 	}
 	t.mu.Unlock()
+	if p.resender != nil {
+		p.resender.forgetPeer(n.ID)
+	}
 }
 
 // Gone reports what this node knows of node id if the job lost it.

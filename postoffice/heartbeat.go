@@ -120,6 +120,11 @@ func (p *Postoffice) checkScheduler(now time.Time) {
 	l.mu.Unlock()
 	addr := fmt.Sprintf("%s:%d", p.cfg.SchedulerHost, p.cfg.SchedulerPort)
 	reason := fmt.Sprintf("no answer to heartbeats for %s (PS_HEARTBEAT_TIMEOUT)", timeout)
+	if first && p.resender != nil {
+		// A restarted scheduler counts its timestamps from 0 again: what
+		// it sends must not be taken for duplicates of the old one's.
+		p.resender.forgetPeer(message.SchedulerID)
+	}
 	switch {
 	case first:
 		p.log.Warn("the scheduler is unreachable: training goes on, and this node re-registers with it every PS_HEARTBEAT_INTERVAL until it is back (restart it with the same environment)",

@@ -137,6 +137,9 @@ func (p *Postoffice) Stop() {
 	p.stopOnce.Do(func() {
 		started := p.isStarted()
 		if p.resender != nil {
+			if started {
+				p.resender.settle(p.cfg.Role == message.RoleScheduler)
+			}
 			p.resender.stop() // before the transport goes: no resend after close
 		}
 		p.stopGossip()

@@ -65,8 +65,11 @@ type Postoffice struct {
 	groups   map[int][]int32
 	ranges   []routing.Range
 	resender *resender
-	inline   *handOver // nil when Config.InlineHandOver < 0
-	cpus     cpuShare
+	// dropFilter, set by tests before Start, drops the received messages
+	// it returns true for, as PS_DROP_MSG drops at random.
+	dropFilter func(*message.Message) bool
+	inline     *handOver // nil when Config.InlineHandOver < 0
+	cpus       cpuShare
 
 	// Stats counts what the node saw; read with Stats().
 	stats Stats

@@ -11,12 +11,18 @@ func (p *Postoffice) Send(m *message.Message) (int, error) {
 	default:
 	}
 	m.Meta.Sender = p.myID.Load()
+	var sig uint64
+	kept := false
+	if p.resender != nil {
+		// Kept before it goes: its ACK may come back before Send returns.
+		sig, kept = p.resender.addOutgoing(m)
+	}
 	n, err := p.tr.Send(m)
 	if err != nil {
+		if kept {
+			p.resender.removeOutgoing(sig)
+		}
 		return n, err
-	}
-	if p.resender != nil {
-		p.resender.addOutgoing(m)
 	}
 	if p.cfg.Verbose >= 2 {
 		p.log.Info("send", "message", m.String())
