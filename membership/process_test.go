@@ -94,6 +94,15 @@ func TestKilledMemberFailsPausedDoesNot(t *testing.T) {
 	// (wrongly) a failure.
 	time.Sleep(time.Duration(FastSuspicionMult+2) * FastProbeInterval)
 	for _, n := range []node{sched, s1, s2} {
+		for _, never := range []string{"scheduler", "server-8", "server-10"} {
+			if n.rec.has(Fail, never) {
+				// Those were never paused: the host starved every member,
+				// so it cannot tell whether a 100 ms pause is survived.
+				t.Skipf("the host is too loaded to judge: %s, never paused, was declared failed too:\n%s", never, n.rec)
+			}
+		}
+	}
+	for _, n := range []node{sched, s1, s2} {
 		assert.False(t, n.rec.has(Fail, "server-child"), "%s took a pause of %v for a failure:\n%s", n.m.Name(), pause, n.rec)
 		assert.Contains(t, names(n.m.Members()), "server-child", n.m.Name())
 	}
