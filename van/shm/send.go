@@ -282,7 +282,7 @@ func sendHello(c *net.UnixConn, id int32, size int) (*ring, error) {
 	h[4] = protoVersion
 	binary.LittleEndian.PutUint32(h[8:], uint32(id))
 	binary.LittleEndian.PutUint64(h[12:], uint64(size))
-	if err := c.SetWriteDeadline(time.Now().Add(defaultHandshakeTimeout)); err == nil {
+	if err = c.SetWriteDeadline(time.Now().Add(defaultHandshakeTimeout)); err == nil {
 		_, _, err = c.WriteMsgUnix(h[:], unix.UnixRights(fd), nil)
 		if err == nil {
 			err = c.SetWriteDeadline(time.Time{})
