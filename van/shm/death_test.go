@@ -28,6 +28,20 @@ func segmentMaps(t testing.TB) int {
 	return strings.Count(string(b), "memfd:elasticps-shm")
 }
 
+// bindServer returns a bound transport, node id 8, closed at the end of
+// the test, and its node.
+func bindServer(t testing.TB, cfg Config) (*Transport, message.Node) {
+	server, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, server.Close()) })
+	sn := message.NewNode(message.RoleServer)
+	sn.ID = 8
+	port, err := server.Bind(sn, 0)
+	require.NoError(t, err)
+	sn.Port = int32(port)
+	return server, sn
+}
+
 func pattern(seed byte, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -50,14 +64,8 @@ func TestDeadSenderLeavesNothing(t *testing.T) {
 		return
 	}
 	base := segmentMaps(t)
-	server, err := New(Config{})
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, server.Close()) }()
-	sn := message.NewNode(message.RoleServer)
-	sn.ID = 8
-	port, err := server.Bind(sn, 0)
-	require.NoError(t, err)
-	sn.Port = int32(port)
+	server, sn := bindServer(t, Config{})
+	port := int(sn.Port)
 
 	child := exec.Command(os.Args[0], "-test.run=^TestDeadSenderLeavesNothing$", "-test.v")
 	child.Env = append(os.Environ(), childPortEnv+"="+strconv.Itoa(port))

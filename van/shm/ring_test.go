@@ -46,14 +46,7 @@ func TestRingAllocatesInOrderAndReclaims(t *testing.T) {
 // releasing them fills the sender's segment; later messages go through the
 // socket, intact, instead of blocking the sender.
 func TestFullSegmentFallsBackToSocket(t *testing.T) {
-	server, err := New(Config{RingBytes: 1 << 20})
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, server.Close()) }()
-	sn := message.NewNode(message.RoleServer)
-	sn.ID = 8
-	port, err := server.Bind(sn, 0)
-	require.NoError(t, err)
-	sn.Port = int32(port)
+	server, sn := bindServer(t, Config{RingBytes: 1 << 20})
 	worker, err := New(Config{RingBytes: 1 << 20})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, worker.Close()) }()
