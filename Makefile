@@ -6,7 +6,7 @@ GO ?= go
 BIN := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build demo test deps vet staticcheck unit unit-tcp unit-mem rdma compat compat-fabric bridge clean fmt-check
+.PHONY: all build demo test deps vet staticcheck unit unit-tcp unit-mem unit-shm rdma compat compat-fabric bridge clean fmt-check
 
 all: build
 
@@ -47,6 +47,11 @@ unit: deps
 # The whole-job suites again over the pure-Go TCP van.
 unit-tcp: deps
 	ELASTICPS_TEST_VAN=tcp $(GO) test -race -count=1 -timeout 10m ./kv ./postoffice
+
+# The shared-memory van's own tests and the whole-job suites over it.
+unit-shm: deps
+	$(GO) test -race -count=1 -timeout 10m ./van/shm
+	ELASTICPS_TEST_VAN=shm $(GO) test -race -count=1 -timeout 10m ./kv ./postoffice
 
 # The whole-job suites on the in-memory van (van/memvan): no sockets, so a
 # failure here is the library's, not the network's. Tests that need a real
@@ -90,7 +95,7 @@ examples: build bridge
 	  if [ "$$n" -ne 2 ]; then echo "examples: $$n of 2 workers reported exact sums"; exit 1; fi; \
 	done
 
-test: fmt-check vet staticcheck unit unit-tcp unit-mem rdma compat compat-fabric examples
+test: fmt-check vet staticcheck unit unit-tcp unit-mem unit-shm rdma compat compat-fabric examples
 
 clean:
 	rm -rf $(BIN) cbridge/build cbridge/build-rdma cbridge/deps compat_tests/build compat_tests/build-rdma

@@ -36,8 +36,8 @@ type Config struct {
 	Port int
 	// VanType selects the transport (DMLC_PS_VAN_TYPE): "zmq" (default,
 	// ps-lite's wire), "tcp" (pure Go, faster; every node must be
-	// elasticps), "ibverbs" or "fabric" (also DMLC_ENABLE_RDMA; see
-	// van/rdma).
+	// elasticps), "shm" (shared memory; every node elasticps and on one
+	// host), "ibverbs" or "fabric" (also DMLC_ENABLE_RDMA; see van/rdma).
 	VanType string
 	// Local uses ipc:// endpoints instead of tcp (DMLC_LOCAL).
 	Local bool
@@ -264,9 +264,9 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		}
 	}
 	switch c.VanType {
-	case "zmq", "tcp", "ibverbs", "fabric":
+	case "zmq", "tcp", "shm", "ibverbs", "fabric":
 	default:
-		return c, &EnvError{Var: "DMLC_PS_VAN_TYPE", Value: c.VanType, Want: `"zmq", "tcp" (all nodes elasticps), "ibverbs" or "fabric"`}
+		return c, &EnvError{Var: "DMLC_PS_VAN_TYPE", Value: c.VanType, Want: `"zmq", "tcp" (all nodes elasticps), "shm" (all nodes elasticps, on one host), "ibverbs" or "fabric"`}
 	}
 	local, err := optionalInt(get, "DMLC_LOCAL", 0, 0, "0 or 1")
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 // NewTransport creates the transport that cfg.VanType names (ps-lite's
 // Van::Create) with anyvan.Open: "zmq" (the default; wire-compatible with
 // C++ ps-lite), "tcp" (pure Go, faster, for jobs whose nodes are all
-// elasticps), "ibverbs" / "fabric" (van/rdma, in builds with -tags rdma;
+// elasticps), "shm" (shared memory, nodes on one host), "ibverbs" / "fabric" (van/rdma, in builds with -tags rdma;
 // the BytePS fork's RDMA tunables come from the environment), or "mem"
 // (in-process jobs only).
 func NewTransport(cfg Config) (van.Transport, error) {

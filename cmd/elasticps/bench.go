@@ -46,7 +46,7 @@ func runBench(ctx context.Context, args []string) error {
 func parseBenchArgs(args []string) (bench.Config, error) {
 	o := bench.Config{}
 	fs := flag.NewFlagSet("elasticps bench", flag.ContinueOnError)
-	van := fs.String("van", "all", "transport: zmq, tcp, fabric or ibverbs (builds with the rdma tag), or all")
+	van := fs.String("van", "all", "comma-separated transports: zmq, tcp, shm (one host), fabric or ibverbs (builds with the rdma tag); all is zmq,tcp (and fabric in rdma builds)")
 	topo := fs.String("topo", "1x1,2x2", "comma-separated SxW topologies (servers x workers)")
 	sizes := fs.String("sizes", "4KB,256KB,4MB", "comma-separated value sizes per operation")
 	ops := fs.String("ops-kind", "push,pull", "comma-separated operations: push, pull")
@@ -78,21 +78,23 @@ func parseBenchArgs(args []string) (bench.Config, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("bench: unexpected argument %q", fs.Arg(0))
 	}
-	switch *van {
-	case "all":
-		o.Vans = []string{"zmq", "tcp"}
-		if rdma.Built {
-			o.Vans = append(o.Vans, "fabric")
+	for _, v := range cli.SplitList(*van) {
+		switch v {
+		case "all":
+			o.Vans = append(o.Vans, "zmq", "tcp")
+			if rdma.Built {
+				o.Vans = append(o.Vans, "fabric")
+			}
+		case "zmq", "tcp", "shm":
+			o.Vans = append(o.Vans, v)
+		case "fabric", "ibverbs":
+			if !rdma.Built {
+				return o, fmt.Errorf("bench: --van %s needs the RDMA van: build elasticps with -tags rdma (libibverbs-dev, librdmacm-dev, libfabric-dev)", v)
+			}
+			o.Vans = append(o.Vans, v)
+		default:
+			return o, fmt.Errorf("bench: --van %q: use zmq, tcp, shm, fabric, ibverbs (-tags rdma builds) or all, or a comma-separated list of them", v)
 		}
-	case "zmq", "tcp":
-		o.Vans = []string{*van}
-	case "fabric", "ibverbs":
-		if !rdma.Built {
-			return o, fmt.Errorf("bench: --van %s needs the RDMA van: build elasticps with -tags rdma (libibverbs-dev, librdmacm-dev, libfabric-dev)", *van)
-		}
-		o.Vans = []string{*van}
-	default:
-		return o, fmt.Errorf("bench: --van %q: use zmq, tcp, fabric, ibverbs (-tags rdma builds) or all", *van)
 	}
 	for _, t := range cli.SplitList(*topo) {
 		s, w, ok := strings.Cut(strings.ToLower(t), "x")

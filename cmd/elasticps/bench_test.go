@@ -29,6 +29,10 @@ func TestParseBenchArgs(t *testing.T) {
 	assert.True(t, o.JSON)
 	assert.False(t, o.GoThread)
 
+	o, err = parseBenchArgs([]string{"--van", "zmq,tcp,shm"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"zmq", "tcp", "shm"}, o.Vans)
+
 	o, err = parseBenchArgs([]string{"--go-thread"})
 	require.NoError(t, err)
 	assert.True(t, o.GoThread)

@@ -36,7 +36,7 @@ commands:
   demo         train logistic regression on a local job and print a summary
   train        train an MLP on MNIST on local jobs, per sync mode (--compare bsp,asp,ssp,fluent)
   ctl          status, move, drain, add on an elastic scheduler (PS_ELASTIC=1)
-  bench        transport benchmark matrix (--van zmq|tcp|all, --json, --cpuprofile)
+  bench        transport benchmark matrix (--van zmq,tcp,shm|all, --json, --cpuprofile)
   bench straggler   PSLD straggler benchmark: static vs elastic vs oracle placement
 
 The roles read ps-lite's environment variables (DMLC_ROLE, DMLC_NUM_WORKER,

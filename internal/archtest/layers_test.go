@@ -31,7 +31,7 @@ var layers = map[string]int{
 
 	"replica": 2, // placement, promotion, applied pushes: pure, on routing
 
-	"van/zmq": 3, "van/tcp": 3, "van/rdma": 3, "van/memvan": 3, "van/vantest": 3,
+	"van/zmq": 3, "van/tcp": 3, "van/rdma": 3, "van/memvan": 3, "van/shm": 3, "van/vantest": 3,
 
 	"van/anyvan": 4, // opens any of them
 

@@ -26,7 +26,7 @@ import (
 // from its flags). Every van, topology and cell is measured once per
 // repeat; the report gives the medians.
 type Config struct {
-	Vans     []string // zmq, tcp, fabric or ibverbs (the last two in -tags rdma builds)
+	Vans     []string // zmq, tcp, shm, fabric or ibverbs (the last two in -tags rdma builds)
 	Topos    [][2]int // servers, workers
 	Sizes    []int    // value bytes per operation, split evenly over the servers
 	Ops      []string // push, pull

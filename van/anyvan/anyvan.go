@@ -17,17 +17,20 @@ import (
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/memvan"
 	"github.com/elasticps/elasticps/van/rdma"
+	"github.com/elasticps/elasticps/van/shm"
 	"github.com/elasticps/elasticps/van/tcp"
 	"github.com/elasticps/elasticps/van/zmq"
 )
 
 // Kinds is the list of van names Open accepts, for error messages.
-const Kinds = "zmq, tcp, ibverbs, fabric or mem"
+const Kinds = "zmq, tcp, shm, ibverbs, fabric or mem"
 
 // Open returns an unbound transport of the given kind:
 //
 //   - "zmq" (or ""): van/zmq, wire-compatible with C++ ps-lite;
 //   - "tcp": van/tcp, pure Go, for jobs whose nodes are all elasticps;
+//   - "shm": van/shm, shared memory between nodes on one host (Linux),
+//     for jobs whose nodes are all elasticps;
 //   - "ibverbs", "fabric": van/rdma (builds with -tags rdma, else
 //     rdma.ErrNotBuilt), with the BytePS fork's tunables read from the
 //     environment by rdma.ConfigFromEnv (BYTEPS_RDMA_*, FI_PROVIDER,
@@ -43,6 +46,8 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 		return ok(zmq.New(zmq.Config{Options: opts}))
 	case "tcp":
 		return ok(tcp.New(tcp.Config{Options: opts}))
+	case "shm":
+		return ok(shm.New(shm.Config{Options: opts}))
 	case "ibverbs", "fabric":
 		cfg, err := rdma.ConfigFromEnv(rdma.Backend(kind), os.LookupEnv)
 		if err != nil {
@@ -74,7 +79,7 @@ func ok[T van.Transport](t T, err error) (van.Transport, error) {
 //
 //	ELASTICPS_TEST_VAN=fabric go test -tags rdma ./kv/ ./postoffice/
 //
-// zmq (the default), tcp and mem need nothing more; fabric and ibverbs need
+// zmq (the default), tcp, shm and mem need nothing more; fabric and ibverbs need
 // a build with -tags rdma (see van/rdma), and ibverbs an RDMA device. For
 // fabric, FI_PROVIDER picks the libfabric provider (unset: libfabric's
 // first choice for 127.0.0.1, tcp;ofi_rxm on a plain Linux host).

@@ -21,7 +21,7 @@ func TestOpenByKind(t *testing.T) {
 
 	tr, err = Open("carrier-pigeon", van.Options{})
 	assert.Nil(t, tr, "no typed nil")
-	assert.EqualError(t, err, `anyvan: unknown van "carrier-pigeon": use zmq, tcp, ibverbs, fabric or mem`)
+	assert.EqualError(t, err, `anyvan: unknown van "carrier-pigeon": use zmq, tcp, shm, ibverbs, fabric or mem`)
 
 	_, err = Open("tcp", van.Options{WaterMark: -1})
 	assert.ErrorContains(t, err, "van/tcp: Options.WaterMark must not be negative")

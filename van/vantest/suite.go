@@ -248,9 +248,15 @@ func testGarbage(t *testing.T, f Factory) {
 	good := newNode(t, f, van.Options{}, message.RoleWorker, workerID)
 	require.NoError(t, good.Connect(server.node, workerID))
 
-	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(server.node.Port))))
-	require.NoError(t, err)
-	_, err = c.Write(bytes.Repeat([]byte("GET / HTTP/1.1\r\n\x00\xff"), 64))
+	var c net.Conn
+	if f.Dial != nil {
+		c = f.Dial(t, server.node.Port)
+	} else {
+		var err error
+		c, err = net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(server.node.Port))))
+		require.NoError(t, err)
+	}
+	_, err := c.Write(bytes.Repeat([]byte("GET / HTTP/1.1\r\n\x00\xff"), 64))
 	require.NoError(t, err)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(RecvTimeout)))
 	_, _ = c.Read(make([]byte, 1024)) // until the transport hangs up

@@ -10,6 +10,7 @@
 package vantest
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -34,6 +35,11 @@ type Factory struct {
 	// (true) or are dropped silently before Recv sees anything (false, as
 	// libzmq does during its handshake).
 	GarbageReported bool
+
+	// Dial opens a raw connection to the port a transport of this
+	// factory is bound at, for GarbageOnPortIsSurvived; nil dials TCP on
+	// 127.0.0.1.
+	Dial func(t testing.TB, port int32) net.Conn
 
 	// InMemory says the transport has no port a socket can reach (van/memvan),
 	// so GarbageOnPortIsSurvived, which writes to one, is skipped.
