@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/elasticps/elasticps/internal/cli"
 )
 
 // Usage documents the command line that ParseArgs accepts. The CLI prints
@@ -82,7 +84,7 @@ func ParseArgs(args []string) (*Job, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("launcher: %w", err)
+		return nil, fmt.Errorf("launcher: %w", cli.FlagError(err))
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

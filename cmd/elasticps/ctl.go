@@ -89,6 +89,9 @@ func runCtl(args []string) error {
 			return err
 		}
 	}
+	if _, port, err := net.SplitHostPort(*addr); err != nil || port == "" {
+		return fmt.Errorf("ctl: the control API address %q is not HOST:PORT, e.g. 127.0.0.1:9092 (elasticps local prints it: \"control API at ...\")", *addr)
+	}
 	client := &http.Client{Timeout: 5 * time.Minute}
 	base := "http://" + *addr
 	var out any

@@ -115,6 +115,14 @@ func TestHintsSayWhatToDo(t *testing.T) {
 			"elasticps: ctl: which scheduler? give its control API address with --addr HOST:PORT (elasticps local prints it: \"control API at ...\"; a scheduler logs it at start), or set PS_CTL_ADDR, or the job's DMLC_PS_ROOT_URI and DMLC_PS_ROOT_PORT (the API is at DMLC_PS_ROOT_PORT+1)\n"},
 		{"ctl flag after the command", nil, []string{"ctl", "status", "--addr", "127.0.0.1:1"},
 			"elasticps: ctl: cannot reach the scheduler's control API at 127.0.0.1:1: nothing listens there; is the job running, with PS_ELASTIC=1, and is this its address (--addr)?\n"},
+		{"ctl address without a port", nil, []string{"ctl", "status", "--addr", "localhost"},
+			"elasticps: ctl: the control API address \"localhost\" is not HOST:PORT, e.g. 127.0.0.1:9092 (elasticps local prints it: \"control API at ...\")\n"},
+		{"ctl address from the environment without a port", []string{"PS_CTL_ADDR=10.0.0.1"}, []string{"ctl", "status"},
+			"elasticps: ctl: the control API address \"10.0.0.1\" is not HOST:PORT, e.g. 127.0.0.1:9092 (elasticps local prints it: \"control API at ...\")\n"},
+		{"server bad flag value", append([]string{"DMLC_ROLE=server"}, job...), []string{"server", "--lr", "x"},
+			"elasticps: server: invalid value \"x\" for flag --lr: parse error (see elasticps server --help)\n"},
+		{"local unknown flag", nil, []string{"local", "--bogus", "-s", "1", "-w", "1", "--", "prog"},
+			"elasticps: launcher: flag provided but not defined: --bogus (see elasticps local --help)\n"},
 		{"ctl move short", nil, []string{"ctl", "--addr", "127.0.0.1:1", "move", "1", "2"},
 			"elasticps: ctl move takes BEGIN END TO: the keys [BEGIN, END) and the server node id TO, e.g. move 0 1000 10; got [\"1\" \"2\"]\n"},
 		{"ctl move not numbers", nil, []string{"ctl", "--addr", "127.0.0.1:1", "move", "a", "2", "3"},
@@ -132,7 +140,7 @@ func TestHintsSayWhatToDo(t *testing.T) {
 		{"demo argument", nil, []string{"demo", "fast"},
 			"elasticps: demo: unexpected argument \"fast\" (flags only; see elasticps demo --help)\n"},
 		{"demo bad flag", nil, []string{"demo", "--iterations", "5"},
-			"elasticps: demo: flag provided but not defined: -iterations (see elasticps demo --help)\n"},
+			"elasticps: demo: flag provided but not defined: --iterations (see elasticps demo --help)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := elasticps(t, tc.env, tc.args...)

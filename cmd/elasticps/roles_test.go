@@ -29,7 +29,7 @@ func TestServerFlags(t *testing.T) {
 		`server: --aggregate: unknown aggregation "avg": use one of sum, mean`:                   {"--aggregate", "avg"},
 		`server: paramstore: learning rate -1 for sgd: it must be > 0 (0.01 is a usual start)`:   {"--optimizer", "sgd", "--lr", "-1"},
 		`server: --round-size -2: use a number of pushes >= 0, or -1 for the number of workers`:  {"--round-size", "-2"},
-		`server: invalid value "x" for flag -lr: parse error (see elasticps server --help)`:      {"--lr", "x"},
+		`server: invalid value "x" for flag --lr: parse error (see elasticps server --help)`:     {"--lr", "x"},
 		`server: unexpected argument "extra" (flags only; see elasticps server --help)`:          {"extra"},
 	} {
 		_, err := parseServerFlags(args)

@@ -268,7 +268,8 @@ func (c *Coordinator) finish(res Result, err error) (Result, error) {
 	c.history = append(c.history, res)
 	c.mu.Unlock()
 	if err != nil {
-		c.log.Warn("coord: move failed", "move", fmt.Sprintf("%+v", res.Move), "err", err)
+		c.log.Warn("coord: move failed", "begin", res.Move.Begin, "end", res.Move.End, "from", res.Move.From, "to", res.Move.To,
+			"epoch", res.Move.Epoch, "err", err)
 	} else if c.po.Verbose() >= 1 {
 		c.log.Info("coord: moved", "begin", res.Move.Begin, "end", res.Move.End, "from", res.Move.From, "to", res.Move.To,
 			"cut_seq", res.CutSeq, "bytes", res.Bytes, "took", res.Duration)

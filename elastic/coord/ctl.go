@@ -167,6 +167,20 @@ func (c *Coordinator) Status() Status {
 	return st
 }
 
+// notComplete answers 409 while the job is still forming: until every
+// node has registered, no server is connected to the others, and a move
+// would fail on a missing connection.
+func (c *Coordinator) notComplete(w http.ResponseWriter) bool {
+	select {
+	case <-c.po.Ready():
+		return false
+	default:
+	}
+	http.Error(w, fmt.Sprintf("the job is not complete yet: the scheduler still waits for nodes to register (DMLC_NUM_SERVER=%d, DMLC_NUM_WORKER=%d; status lists the servers so far); move or drain keys once every node has joined",
+		c.po.NumServers(), c.po.NumWorkers()), http.StatusConflict)
+	return true
+}
+
 // ServeControl serves the control API on addr (for `elasticps ctl`):
 // GET /status, POST /move?begin=&end=&to=, POST /drain?node=. It returns
 // the bound address.
@@ -182,6 +196,9 @@ func (c *Coordinator) ServeControl(addr string) (string, error) {
 			http.Error(w, "move needs begin, end (keys) and to (a server node id), as decimal integers", http.StatusBadRequest)
 			return
 		}
+		if c.notComplete(w) {
+			return
+		}
 		res, err := c.Move(begin, end, int32(to))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
@@ -193,6 +210,9 @@ func (c *Coordinator) ServeControl(addr string) (string, error) {
 		id, err := strconv.ParseInt(r.URL.Query().Get("node"), 10, 32)
 		if err != nil {
 			http.Error(w, "drain needs node (a server node id, e.g. 10)", http.StatusBadRequest)
+			return
+		}
+		if c.notComplete(w) {
 			return
 		}
 		res, err := c.Drain(int32(id))

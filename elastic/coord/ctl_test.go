@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/internal/porttest"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/rebalance"
+	"github.com/elasticps/elasticps/van/anyvan"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -121,4 +124,33 @@ func TestControlAPIStatusAndMove(t *testing.T) {
 	assert.Equal(t, true, ds["left"])
 	assert.Len(t, ds["moves"], 1)
 	j.requireSums(t, keys, vals, 25)
+}
+
+// A move or drain asked for while the scheduler still waits for nodes is
+// refused with what the job waits for, not attempted over connections
+// that do not exist yet.
+func TestControlAPIRefusesMovesBeforeTheJobIsComplete(t *testing.T) {
+	po, err := postoffice.Open(postoffice.Config{Role: message.RoleScheduler, NumServers: 2, NumWorkers: 1,
+		SchedulerHost: "127.0.0.1", SchedulerPort: porttest.Free(t), Elastic: true, VanType: anyvan.TestKind(), Logger: jobtest.Logger()})
+	require.NoError(t, err)
+	t.Cleanup(po.Stop)
+	c, err := New(po)
+	require.NoError(t, err)
+	addr, err := c.ServeControl("127.0.0.1:0")
+	require.NoError(t, err)
+	started := make(chan error, 1)
+	go func() { started <- po.Start(0) }() // waits for nodes that never come
+	t.Cleanup(func() { po.Stop(); <-started })
+
+	for _, path := range []string{"/move?begin=0&end=10&to=10", "/drain?node=10"} {
+		resp, err := http.Post("http://"+addr+path, "", nil)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusConflict, resp.StatusCode, path)
+		assert.Equal(t, "the job is not complete yet: the scheduler still waits for nodes to register "+
+			"(DMLC_NUM_SERVER=2, DMLC_NUM_WORKER=1; status lists the servers so far); move or drain keys once every node has joined\n", string(body), path)
+	}
+	assert.Empty(t, c.History(), "nothing was attempted")
 }

@@ -2,10 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"flag"
+	"io"
 	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSplitListDropsEmptyItems(t *testing.T) {
@@ -48,4 +52,28 @@ func TestFormatNum(t *testing.T) {
 func TestLastLines(t *testing.T) {
 	assert.Equal(t, "b\nc", LastLines("a\nb\nc\n", 2))
 	assert.Equal(t, "a", LastLines("a", 5))
+}
+
+func TestFlagErrorNamesLongFlagsWithTwoDashes(t *testing.T) {
+	fs := flag.NewFlagSet("elasticps x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Int("s", 0, "")
+	fs.Float64("lr", 0, "")
+	fs.String("worker-cmd", "", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bogus"}, "flag provided but not defined: --bogus"},
+		{[]string{"-b"}, "flag provided but not defined: -b"},
+		{[]string{"--lr", "x"}, `invalid value "x" for flag --lr: parse error`},
+		{[]string{"-s", "one"}, `invalid value "one" for flag -s: parse error`},
+		{[]string{"--worker-cmd"}, "flag needs an argument: --worker-cmd"},
+	} {
+		err := fs.Parse(c.args)
+		require.Error(t, err, c.args)
+		got := FlagError(err)
+		assert.Equal(t, c.want, got.Error(), c.args)
+		assert.Same(t, err, errors.Unwrap(got), "the flag package's error stays in the chain")
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -25,10 +26,29 @@ func Parse(fs *flag.FlagSet, usage string, args []string) error {
 	}
 	if err != nil {
 		cmd := strings.TrimPrefix(fs.Name(), "elasticps ")
-		return fmt.Errorf("%s: %w (see elasticps %s --help)", cmd, err, cmd)
+		return fmt.Errorf("%s: %w (see elasticps %s --help)", cmd, FlagError(err), cmd)
 	}
 	return nil
 }
+
+// flagName matches a flag as the flag package's errors name it: one dash,
+// after a space and before a colon or the end.
+var flagName = regexp.MustCompile(` -([A-Za-z0-9][A-Za-z0-9_-]+)(:|$)`)
+
+// FlagError rewrites an error of the flag package in the style of the help
+// texts: "-lr" becomes "--lr"; one-letter flags keep one dash. The flag
+// package's error stays in the chain.
+func FlagError(err error) error {
+	return flagError{msg: flagName.ReplaceAllString(err.Error(), " --$1$2"), err: err}
+}
+
+type flagError struct {
+	msg string
+	err error
+}
+
+func (e flagError) Error() string { return e.msg }
+func (e flagError) Unwrap() error { return e.err }
 
 // PrintFlags writes fs's flags in the style of every help text of the
 // CLI: "--name VALUE" for long names and "-n VALUE" for one-letter ones
