@@ -198,6 +198,9 @@ func TestAuthForgedHeartbeatsDoNotKeepADeadNodeAlive(t *testing.T) {
 		c.HeartbeatTimeout = timeout
 	})
 	victim := j.Servers[1].MyNode()
+	// every node proves itself to the scheduler with its barrier request
+	jobtest.Barrier(t, j.All(), message.AllGroup)
+	require.Empty(t, j.Scheduler.DeadNodes(timeout))
 	j.Servers[1].Stop()
 	forger := stranger(t, j.Scheduler.MyNode(), fmt.Sprintf("ps%d", victim.ID))
 	stop := make(chan struct{})
@@ -259,4 +262,22 @@ func TestAuthTokenEnv(t *testing.T) {
 	assert.ErrorContains(t, err, "the first line is empty")
 	_, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_AUTH_TOKEN": "t", "PS_AUTH_TOKEN_FILE": good}))
 	assert.ErrorContains(t, err, "both PS_AUTH_TOKEN and PS_AUTH_TOKEN_FILE")
+}
+
+// Without a token the job is ps-lite's, open, and the scheduler says so
+// once; the authority checks that need no token still apply.
+func TestAuthOpenJob(t *testing.T) {
+	if anyvan.TestKind() != "zmq" {
+		t.Skip("a raw ZeroMQ peer plays the stranger")
+	}
+	logs := &testutil.SyncBuffer{}
+	j := startJob(t, 1, 1, func(c *postoffice.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	w := j.Workers[0]
+	s := stranger(t, w.MyNode(), "ps99")
+	send(t, s, message.CmdTerminate, nil)
+	testutil.WaitFor(t, 10*time.Second, func() bool { return w.AuthRefused("not_scheduler") == 1 }, func() string { return logs.String() })
+	pushPullSums(t, j)
+	assert.Equal(t, 1, strings.Count(logs.String(), "the job is open"))
 }
