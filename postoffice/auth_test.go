@@ -203,9 +203,10 @@ func TestAuthForgedHeartbeatsDoNotKeepADeadNodeAlive(t *testing.T) {
 	require.Empty(t, j.Scheduler.DeadNodes(timeout))
 	j.Servers[1].Stop()
 	forger := stranger(t, j.Scheduler.MyNode(), fmt.Sprintf("ps%d", victim.ID))
-	stop := make(chan struct{})
-	defer close(stop)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	defer func() { close(stop); <-stopped }() // before the socket closes
 	go func() {
+		defer close(stopped)
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		m := message.NewMeta()
