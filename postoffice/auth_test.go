@@ -91,12 +91,12 @@ func pushPullSums(t *testing.T, j *jobtest.Job) {
 	}
 	keys := []uint64{1, 1 << 40, 1<<63 + 5}
 	vals := []float32{1, 2, 3}
-	var ws []*kv.Worker
-	for _, po := range j.Workers {
-		w, err := kv.NewWorker(po, 0, 0)
+	ws := make([]*kv.Worker, len(j.Workers))
+	for i, po := range j.Workers {
+		var err error
+		ws[i], err = kv.NewWorker(po, 0, 0)
 		require.NoError(t, err)
-		t.Cleanup(w.Close)
-		ws = append(ws, w)
+		t.Cleanup(ws[i].Close)
 	}
 	const rounds = 3
 	for range rounds {
