@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +19,10 @@ import (
 // from ps-lite's environment variables; Go programs may also build it
 // directly (tests run whole jobs inside one process this way).
 type Config struct {
+	// AuthToken is the job's shared secret (PS_AUTH_TOKEN, or the first
+	// line of PS_AUTH_TOKEN_FILE). Set, every peer must prove it holds it
+	// (docs/security.md); empty, the job is open, as ps-lite's.
+	AuthToken string
 	// Role of this node (DMLC_ROLE). Required.
 	Role message.Role
 	// NumWorkers and NumServers are the expected counts (DMLC_NUM_WORKER,
@@ -327,6 +332,9 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 		return c, err
 	}
 	c.Elastic = elastic != 0
+	if c.AuthToken, err = authToken(get); err != nil {
+		return c, err
+	}
 	c.MetricsAddr = get("PS_METRICS_ADDR")
 	gossipDefault := 0
 	if c.Elastic {
@@ -536,4 +544,24 @@ func (c *Config) validate() error {
 		c.VanType = "zmq"
 	}
 	return nil
+}
+
+// authToken reads PS_AUTH_TOKEN or PS_AUTH_TOKEN_FILE (not both).
+func authToken(get func(string) string) (string, error) {
+	tok, file := get("PS_AUTH_TOKEN"), get("PS_AUTH_TOKEN_FILE")
+	switch {
+	case tok != "" && file != "":
+		return "", errors.New("postoffice: both PS_AUTH_TOKEN and PS_AUTH_TOKEN_FILE are set: set one of them")
+	case file == "":
+		return tok, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("postoffice: PS_AUTH_TOKEN_FILE: cannot read the job's token: %w (create the file, readable by this user, or set PS_AUTH_TOKEN)", err)
+	}
+	tok = strings.TrimRight(strings.SplitN(string(b), "\n", 2)[0], "\r")
+	if tok == "" {
+		return "", fmt.Errorf("postoffice: PS_AUTH_TOKEN_FILE %s: the first line is empty; it must hold the job's token", file)
+	}
+	return tok, nil
 }

@@ -63,7 +63,7 @@ func (p *Postoffice) receiveLoop() {
 		}
 	}()
 	for {
-		m, err := p.tr.Recv()
+		m, err := p.recv() // auth.go: only what the node may act on
 		if err != nil {
 			var fe *van.FrameError
 			if errors.As(err, &fe) {

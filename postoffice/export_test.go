@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // What the whole-job tests (package postoffice_test, which run jobs with
@@ -67,4 +68,9 @@ func (p *Postoffice) ResendFailures() (gaveUp, unsettled int64) {
 		return 0, 0
 	}
 	return p.resender.gaveUp.Load(), p.resender.unsettled.Load()
+}
+
+// AuthRefused is elasticps_auth_refused_total{reason} of p.
+func (p *Postoffice) AuthRefused(reason string) int {
+	return int(promtestutil.ToFloat64(p.auth.refused.WithLabelValues(reason)))
 }

@@ -128,6 +128,7 @@ func (t *goneTable) deliver(p *Postoffice) {
 // nodeGone records g and tells the subscribers; a node already known dead
 // is not reported again.
 func (p *Postoffice) nodeGone(g GoneNode) {
+	p.forgetPeer(g.Node.ID) // a new process under its id proves itself anew
 	t := &p.gone
 	t.mu.Lock()
 	if old, ok := t.nodes[g.Node.ID]; ok && (old.Dead || !g.Dead) && !old.Replaced {

@@ -74,8 +74,9 @@ type Postoffice struct {
 	// Stats counts what the node saw; read with Stats().
 	stats Stats
 
-	reg *metrics.Registry
-	kvm *metrics.KVMetrics
+	reg  *metrics.Registry
+	auth *authGate // auth.go: who may send what
+	kvm  *metrics.KVMetrics
 
 	memberMu sync.Mutex
 	member   *membership.Member
@@ -134,6 +135,18 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		MsgsSent: st.MsgsSent.Load, MsgsRecv: st.MsgsRecv.Load, BytesSent: st.BytesSent.Load,
 		BytesRecv: st.BytesRecv.Load, Malformed: st.Malformed.Load, Dropped: st.Dropped.Load,
 		Rejected: st.Rejected.Load, HandOvers: st.HandOvers.Load, Twice: van.ReleasedTwice}); err != nil {
+		return nil, fmt.Errorf("postoffice: metrics: %w", err)
+	}
+	var key []byte
+	if cfg.AuthToken != "" {
+		key = []byte(cfg.AuthToken)
+	}
+	lease := 30 * time.Second
+	if cfg.HeartbeatTimeout > 0 {
+		lease = cfg.HeartbeatTimeout / 2 // so that a dead node's proof ends before it is declared dead
+	}
+	p.auth = newAuthGate(key, cfg.Role.String(), lease)
+	if err := p.reg.Register(p.auth.refused); err != nil {
 		return nil, fmt.Errorf("postoffice: metrics: %w", err)
 	}
 	km, err := metrics.NewKVMetrics(p.reg)

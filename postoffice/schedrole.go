@@ -224,6 +224,7 @@ func (d *schedulerDriver) apply(a scheduler.Actions) {
 		}
 	}
 	for _, m := range a.Send {
+		p.proveScheduler(m)
 		if err := p.sendControl(m); err != nil {
 			p.log.Error("scheduler cannot send", "to", m.Meta.Recver, "cmd", m.Meta.Control.Cmd.String(), "err", err)
 		}
@@ -241,6 +242,9 @@ func (p *Postoffice) startScheduler(me message.Node) error {
 		Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, HeartbeatInterval: p.cfg.HeartbeatInterval,
 		Gossip: p.cfg.GossipPort > 0, Replicas: p.cfg.Replicas,
 	}, p.startTime)
+	if p.auth.key == nil {
+		p.log.Warn("PS_AUTH_TOKEN is not set: the job is open; any host that reaches its ports can join it or send it control messages (docs/security.md)")
+	}
 	if err := p.startGossip(me); err != nil {
 		return err
 	}

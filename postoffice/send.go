@@ -40,6 +40,9 @@ func (p *Postoffice) sendControl(m *message.Message) error {
 	if m.Meta.Timestamp == message.Empty {
 		m.Meta.Timestamp = p.timestamp.Add(1) - 1
 	}
+	if err := p.beforeAddNode(m); err != nil {
+		return err
+	}
 	_, err := p.Send(m)
 	return err
 }
