@@ -8,8 +8,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/logfmt"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/syncctl"
 	"github.com/elasticps/elasticps/van/rdma"
@@ -511,8 +513,18 @@ func (c *Config) logger() *slog.Logger {
 	if c.Logger != nil {
 		return c.Logger
 	}
-	return slog.Default()
+	if l := slog.Default(); l != startDefault {
+		return l // the program chose its own
+	}
+	return jobLogger()
 }
+
+// startDefault is slog's default logger before any program code ran
+// (package main initializes after this package). A program that kept it
+// logs in the job's format, as elasticps's roles and C++ nodes do.
+var startDefault = slog.Default()
+
+var jobLogger = sync.OnceValue(func() *slog.Logger { return logfmt.New(os.Stderr, slog.LevelInfo) })
 
 // validate checks a Config built in Go (ConfigFromEnv already checked its own).
 func (c *Config) validate() error {
