@@ -28,8 +28,6 @@ const chaosSeed = 20
 
 var (
 	routeRE      = regexp.MustCompile(`\[(\d+),(\d+)\)->(\d+)\[([\d ]*)\]`)
-	seededRE     = regexp.MustCompile(`elastic: backup seeded".* begin=(\d+) end=(\d+) backup=(\d+)`)
-	nodeIDRE     = regexp.MustCompile(`msg="node is ready" role=server node="server\[id=(\d+),`)
 	chaosRoundRE = regexp.MustCompile(`chaos pushed (\d+) rounds`)
 )
 
@@ -76,37 +74,71 @@ func lastLine(s, text string) string {
 // the workers push and pull in rounds, and each round's state is shipped
 // to the backups once).
 func TestChaosReplicatedServers(t *testing.T) {
+	goServers := chaosServers{
+		cmd: []string{elasticpsBin, "server"},
+		survived: func(t *testing.T, p *proc, standby bool) {
+			// every failover lost nothing, so no Finalize reports a lost
+			// node: the surviving servers and the standbys exit 0
+			assert.Zero(t, p.exitCode(t), "%s:\n%s", p.name, p.output())
+			if !standby {
+				assert.NotContains(t, p.output(), "the job lost nodes", p.name)
+			}
+		},
+	}
 	for _, mode := range []string{"asp", "bsp"} {
-		t.Run(mode, func(t *testing.T) { chaosReplicatedServers(t, mode) })
+		t.Run(mode, func(t *testing.T) { runChaos(t, chaosSeed, mode, goServers) })
 	}
 }
 
-func chaosReplicatedServers(t *testing.T, mode string) {
+// The log lines the chaos tests read, in either log format: the elasticps
+// binary's (msg="...") and the bridge's (the message unquoted).
+var (
+	anySeededRE = regexp.MustCompile(`elastic: backup seeded"? .*begin=(\d+) end=(\d+) backup=(\d+)`)
+	anyNodeIDRE = regexp.MustCompile(`node is ready"? role=server node="server\[id=(\d+),`)
+)
+
+// chaosServers are the servers of a chaos job.
+type chaosServers struct {
+	cmd, env []string // command, and environment beyond the job's
+	// survived checks a server or standby that was not killed, once the
+	// workers are done
+	survived func(t *testing.T, p *proc, standby bool)
+}
+
+// runChaos runs a chaos job in sync mode mode (asp or bsp) with the given
+// servers (the standbys too) and checks it.
+func runChaos(t *testing.T, seed uint64, mode string, srv chaosServers) {
 	const kills = 3
-	rng := rand.New(rand.NewPCG(chaosSeed, 0))
+	rng := rand.New(rand.NewPCG(seed, 0))
 	port := porttest.Free(t)
 	signal := filepath.Join(t.TempDir(), "done")
 	env := func(extra ...string) []string {
 		return append([]string{"DMLC_NUM_SERVER=3", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
 			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1", "PS_ELASTIC=1", "PS_REPLICAS=1",
-			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_CTL_ADDR=127.0.0.1:0", "PS_VERBOSE=1", "PS_SYNC_MODE=" + mode}, extra...)
+			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_CTL_ADDR=127.0.0.1:0", "PS_VERBOSE=1",
+			"PS_SYNC_MODE=" + mode}, extra...)
+	}
+	serverProc := func(name string, extra ...string) *proc {
+		return start(t, name, env(append(append([]string{"DMLC_ROLE=server"}, srv.env...), extra...)...), srv.cmd...)
 	}
 	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
-	var servers []*proc
+	all := []*proc{sched}
 	for i := range 3 {
-		servers = append(servers, start(t, fmt.Sprintf("server%d", i), env("DMLC_ROLE=server"), elasticpsBin, "server"))
+		all = append(all, serverProc(fmt.Sprintf("server%d", i)))
+	}
+	kind := "chaos"
+	if mode == "bsp" {
+		kind = "chaos-bsp"
 	}
 	var workers []*proc
 	for i := range 2 {
-		kind := "chaos"
-		if mode == "bsp" {
-			kind = "chaos-bsp"
-		}
-		workers = append(workers, start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE="+kind, "E2E_SIGNAL_FILE="+signal), selfExe(t)))
+		workers = append(workers, start(t, fmt.Sprintf("worker%d", i),
+			env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE="+kind, "E2E_SIGNAL_FILE="+signal), selfExe(t)))
 	}
+	all = append(all, workers...)
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range append(append([]*proc{sched}, servers...), workers...) {
+			for _, p := range all {
 				t.Logf("%s:\n%s", p.name, p.output())
 			}
 		}
@@ -115,49 +147,47 @@ func chaosReplicatedServers(t *testing.T, mode string) {
 		w.waitFor(t, "chaos worker pushing")
 	}
 	sched.waitFor(t, "coord: backups placed")
+
 	byID := map[int]*proc{}
-	nodeID := func(p *proc) int {
+	learnID := func(p *proc) {
 		var id int
 		testutil.WaitFor(t, 30*time.Second, func() bool {
-			m := nodeIDRE.FindStringSubmatch(p.output())
+			m := anyNodeIDRE.FindStringSubmatch(p.output())
 			if m != nil {
 				id, _ = strconv.Atoi(m[1])
 			}
 			return m != nil
 		}, func() string { return p.name + " never logged its node id:\n" + p.output() })
-		return id
+		byID[id] = p
 	}
-	for _, s := range servers {
-		byID[nodeID(s)] = s
+	for _, p := range all[1:4] {
+		learnID(p)
 	}
-	seeded := func(c copyOf) int {
-		n := 0
+	// seedings counts, per backup copy, the servers' "backup seeded" lines
+	seedings := func() map[copyOf]int {
+		n := map[copyOf]int{}
 		for _, p := range byID {
-			for _, m := range seededRE.FindAllStringSubmatch(p.output(), -1) {
-				if m[1] == c.begin && m[2] == c.end && m[3] == strconv.Itoa(c.backup) {
-					n++
-				}
+			for _, m := range anySeededRE.FindAllStringSubmatch(p.output(), -1) {
+				b, _ := strconv.Atoi(m[3])
+				n[copyOf{m[1], m[2], b}]++
 			}
 		}
 		return n
 	}
+
 	routes := lastLine(sched.output(), "coord: backups placed")
 	dead := map[int]bool{}
 	for k := range kills {
-		standby := start(t, fmt.Sprintf("standby%d", k), env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server")
-		servers = append(servers, standby)
-		byID[nodeID(standby)] = standby
+		standby := serverProc(fmt.Sprintf("standby%d", k), "PS_STANDBY=1")
+		all = append(all, standby)
+		learnID(standby)
 		holders, before := parseRoutes(routes)
 		require.NotEmpty(t, holders, "no routes in %q", routes)
-		seededBefore := map[copyOf]int{}
-		for _, c := range before {
-			seededBefore[c] = seeded(c)
-		}
-		// a random moment: the workers push meanwhile
-		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond)
+		seededBefore := seedings()
+		time.Sleep(time.Duration(200+rng.IntN(1300)) * time.Millisecond) // a random moment of the pushes
 		victim := holders[rng.IntN(len(holders))]
-		failovers := strings.Count(sched.output(), "coord: failover")
 		require.Contains(t, byID, victim, "routes %q; servers %v", routes, byID)
+		failovers := strings.Count(sched.output(), "coord: failover")
 		t.Logf("kill %d: server %d (%s)", k+1, victim, byID[victim].name)
 		kill9(t, byID[victim])
 		dead[victim] = true
@@ -169,13 +199,12 @@ func chaosReplicatedServers(t *testing.T, mode string) {
 		holders, after := parseRoutes(routes)
 		require.NotContains(t, holders, victim)
 		for _, c := range after {
-			if slices.Contains(before, c) {
-				continue // the same copy as before the kill
+			if !slices.Contains(before, c) {
+				testutil.WaitFor(t, 30*time.Second, func() bool { return seedings()[c] > seededBefore[c] },
+					func() string {
+						return fmt.Sprintf("kill %d: the copy of [%s,%s) on server %d was never seeded", k+1, c.begin, c.end, c.backup)
+					})
 			}
-			testutil.WaitFor(t, 30*time.Second, func() bool { return seeded(c) > seededBefore[c] },
-				func() string {
-					return fmt.Sprintf("kill %d: the copy of [%s,%s) on server %d was never seeded", k+1, c.begin, c.end, c.backup)
-				})
 		}
 	}
 	// the workers push on after the last failover
@@ -185,29 +214,26 @@ func chaosReplicatedServers(t *testing.T, mode string) {
 			func() string { return w.name + " stopped pushing after the last failover" })
 	}
 	// BSP workers stop at one round, a little after the latest either
-	// reported (they are at most a round apart); the others at once.
-	stop := 0
-	for _, w := range workers {
-		for _, m := range chaosRoundRE.FindAllStringSubmatch(w.output(), -1) {
-			n, _ := strconv.Atoi(m[1])
-			stop = max(stop, n+3*chaosBSPEvery)
+	// reported (they are at most a round apart); asynchronous ones at once.
+	stop := ""
+	if mode == "bsp" {
+		n := 0
+		for _, w := range workers {
+			for _, m := range chaosRoundRE.FindAllStringSubmatch(w.output(), -1) {
+				r, _ := strconv.Atoi(m[1])
+				n = max(n, r+3*chaosBSPEvery)
+			}
 		}
+		stop = strconv.Itoa(n)
 	}
-	require.NoError(t, os.WriteFile(signal, []byte(strconv.Itoa(stop)), 0o644))
+	require.NoError(t, os.WriteFile(signal, []byte(stop), 0o644))
 	for _, w := range workers {
 		w.waitFor(t, "chaos OK after")
 		assert.Zero(t, w.exitCode(t), "%s:\n%s", w.name, w.output())
 	}
-	// Every failover lost nothing, so no Finalize reports a lost node: the
-	// surviving servers, the standbys and the scheduler exit 0.
 	for id, p := range byID {
-		switch {
-		case dead[id]:
-		case strings.HasPrefix(p.name, "standby"):
-			assert.Zero(t, p.exitCode(t), "%s:\n%s", p.name, p.output())
-		default:
-			assert.Zero(t, p.exitCode(t), "%s:\n%s", p.name, p.output())
-			assert.NotContains(t, p.output(), "the job lost nodes", p.name)
+		if !dead[id] {
+			srv.survived(t, p, strings.HasPrefix(p.name, "standby"))
 		}
 	}
 	assert.Zero(t, sched.exitCode(t), "scheduler:\n%s", sched.output())

@@ -5,6 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +19,8 @@ import (
 	"github.com/elasticps/elasticps/internal/testutil"
 )
 
-// schedRestartJob is a running job of 2 servers and 2 elasticWorkers
-// with heartbeats on (1 s, lost after 2 s).
+// schedRestartJob is a running job of servers servers and 2
+// elasticWorkers with heartbeats on (1 s, lost after 2 s).
 type schedRestartJob struct {
 	env     func(...string) []string
 	sched   *proc
@@ -27,22 +30,23 @@ type schedRestartJob struct {
 	ctl     func(args ...string) string // elastic jobs only
 }
 
-func startSchedRestartJob(t *testing.T, elastic bool) *schedRestartJob {
+func startSchedRestartJob(t *testing.T, elastic bool, servers int, extra ...string) *schedRestartJob {
 	port, ctlPort := porttest.Free(t), porttest.Free(t)
 	for ctlPort == port {
 		ctlPort = porttest.Free(t)
 	}
-	common := []string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
+	common := []string{fmt.Sprintf("DMLC_NUM_SERVER=%d", servers), "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
 		fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
 		"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_VERBOSE=1"}
 	if elastic {
 		common = append(common, "PS_ELASTIC=1", fmt.Sprintf("PS_CTL_ADDR=127.0.0.1:%d", ctlPort),
 			"PS_BALANCE_INTERVAL=3600000") // moves by the test's hand only
 	}
+	common = append(common, extra...)
 	j := &schedRestartJob{signal: filepath.Join(t.TempDir(), "done")}
 	j.env = func(extra ...string) []string { return append(append([]string{}, common...), extra...) }
 	j.sched = start(t, "scheduler", j.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
-	for i := range 2 {
+	for i := range servers {
 		j.servers = append(j.servers, start(t, fmt.Sprintf("server%d", i), j.env("DMLC_ROLE=server"), elasticpsBin, "server"))
 	}
 	for i := range 2 {
@@ -86,7 +90,7 @@ func (j *schedRestartJob) killAndRestartScheduler(t *testing.T) {
 	time.Sleep(time.Until(killed.Add(2 * time.Second))) // the restart the issue asks for: 2 s after the kill
 	j.sched = start(t, "scheduler-restarted", j.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
 	j.sched.waitFor(t, "restarted into a running job")
-	j.sched.waitFor(t, "rebuilt the running job from 4 live nodes (0 standbys), 0 missing")
+	j.sched.waitFor(t, fmt.Sprintf("rebuilt the running job from %d live nodes (0 standbys), 0 missing", len(j.servers)+len(j.workers)))
 	for _, p := range append(append([]*proc{}, j.servers...), j.workers...) {
 		p.waitFor(t, "the scheduler is unreachable")
 		p.waitFor(t, "the scheduler is back")
@@ -114,7 +118,7 @@ func (j *schedRestartJob) finish(t *testing.T) {
 // job from them; the final barrier works, the sums are exact and every
 // process exits 0.
 func TestSchedulerKilledAndRestarted(t *testing.T) {
-	j := startSchedRestartJob(t, false)
+	j := startSchedRestartJob(t, false, 2)
 	j.killAndRestartScheduler(t)
 	j.finish(t)
 }
@@ -123,7 +127,7 @@ func TestSchedulerKilledAndRestarted(t *testing.T) {
 // routing epoch the restarted scheduler must take over from the nodes;
 // a move through the control API after the restart succeeds, on top of it.
 func TestSchedulerKilledAndRestartedElastic(t *testing.T) {
-	j := startSchedRestartJob(t, true)
+	j := startSchedRestartJob(t, true, 2)
 	require.Contains(t, j.ctl("--json", "move", "0", "1000", "10"), `"to": 10`)
 	require.Contains(t, j.ctl("status"), "routing epoch 2")
 	j.killAndRestartScheduler(t)
@@ -135,4 +139,52 @@ func TestSchedulerKilledAndRestartedElastic(t *testing.T) {
 	require.Contains(t, status, "routing epoch 4")
 	require.Regexp(t, `(?m)^0\s+\d+\s+8\s`, status, "keys [0, 1000) should be back on server 8:\n%s", status)
 	j.finish(t)
+}
+
+// The same in a replicated job (PS_REPLICAS=1, 3 servers): the restarted
+// scheduler takes over the routing table with its backups (the same
+// epoch), and it fails a server killed after the restart over to the
+// backups, losing nothing: the workers' sums are exact and every process
+// but the killed server exits 0.
+func TestSchedulerKilledAndRestartedReplicated(t *testing.T) {
+	j := startSchedRestartJob(t, true, 3, "PS_REPLICAS=1")
+	j.sched.waitFor(t, "coord: backups placed")
+	placed := lastLine(j.sched.output(), "coord: backups placed")
+	epoch := routingEpoch(t, j.ctl("status"))
+	j.killAndRestartScheduler(t)
+	j.sched.waitFor(t, "coord: routing table taken over from the running job")
+	taken := lastLine(j.sched.output(), "coord: routing table taken over")
+	assert.Equal(t, routesOf(placed), routesOf(taken), "the restarted scheduler's routes differ")
+	assert.Equal(t, epoch, routingEpoch(t, j.ctl("status")), "the restarted scheduler took another epoch")
+
+	victim := j.servers[1]
+	kill9(t, victim)
+	j.sched.waitFor(t, "coord: failover")
+	failover := lastLine(j.sched.output(), "coord: failover")
+	assert.Contains(t, failover, "lost=0 ")
+	assert.Contains(t, failover, fmt.Sprintf("epoch=%d ", epoch+1))
+	j.servers = slices.DeleteFunc(j.servers, func(p *proc) bool { return p == victim })
+	for _, w := range j.workers {
+		n := rounds(w)
+		testutil.WaitFor(t, 30*time.Second, func() bool { return rounds(w) > n+2 },
+			func() string { return w.name + " stopped pushing after the failover:\n" + w.output() })
+	}
+	j.finish(t)
+}
+
+// routesOf is the routes="..." field of a coordinator log line.
+func routesOf(line string) string {
+	_, after, _ := strings.Cut(line, "routes=")
+	return after
+}
+
+var epochRE = regexp.MustCompile(`routing epoch (\d+)`)
+
+// routingEpoch is the routing epoch `ctl status` printed.
+func routingEpoch(t *testing.T, status string) int {
+	t.Helper()
+	m := epochRE.FindStringSubmatch(status)
+	require.NotNil(t, m, "no routing epoch in:\n%s", status)
+	e, _ := strconv.Atoi(m[1])
+	return e
 }

@@ -68,7 +68,7 @@ func TestRestartedServerRejoinsAsStandby(t *testing.T) {
 	victim := srvs[1]
 	var dead int
 	testutil.WaitFor(t, 30*time.Second, func() bool {
-		m := nodeIDRE.FindStringSubmatch(victim.output())
+		m := anyNodeIDRE.FindStringSubmatch(victim.output())
 		if m != nil {
 			dead, _ = strconv.Atoi(m[1])
 		}
@@ -98,7 +98,7 @@ func TestRestartedServerRejoinsAsStandby(t *testing.T) {
 	for _, c := range onStandby {
 		testutil.WaitFor(t, 30*time.Second, func() bool {
 			for _, p := range []*proc{srvs[0], srvs[2]} {
-				for _, s := range seededRE.FindAllStringSubmatch(p.output(), -1) {
+				for _, s := range anySeededRE.FindAllStringSubmatch(p.output(), -1) {
 					if s[1] == c.begin && s[2] == c.end && s[3] == strconv.Itoa(standby) {
 						return true
 					}

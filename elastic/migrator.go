@@ -13,6 +13,11 @@ package elastic
 // that fails installs none (the snapshot goes back to the old owner, which
 // imports it again). Export and Import may each run several times for the
 // same keys (a range may move away and come back).
+//
+// A Migrator that also has Snapshot(begin, end uint64) ([]byte, error),
+// returning what Export would but keeping the keys (kv.DefaultHandler and
+// paramstore.Store do), is copied with it for backups (PS_REPLICAS)
+// instead of by an Export imported back at once.
 type Migrator interface {
 	Export(begin, end uint64) ([]byte, error)
 	Import(state []byte) error

@@ -517,8 +517,7 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 	e.mu.Lock()
 	seen := e.rep.seen.Export(sd.begin, sd.end)
 	e.mu.Unlock()
-	body := MarshalMove(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch},
-		append(binary.LittleEndian.AppendUint32(nil, uint32(len(state))), append(state, seen...)...))
+	body := seedBody(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch}, state, seen)
 	done := make(chan error, 1)
 	// A standby that just joined may not be connected yet: try again.
 	for deadline := time.Now().Add(answerRetry); ; {

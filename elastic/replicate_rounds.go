@@ -210,8 +210,7 @@ func (e *serverAgent) shipMarker(m *message.Message) bool {
 		go e.shipDone(sh, -1, nil)
 		return true
 	}
-	body := MarshalMove(Move{Begin: k.begin, End: k.end, From: e.me(), Epoch: epoch},
-		append(binary.LittleEndian.AppendUint32(nil, uint32(len(state))), append(state, seen...)...))
+	body := seedBody(Move{Begin: k.begin, End: k.end, From: e.me(), Epoch: epoch}, state, seen)
 	for _, b := range waits {
 		if err := e.node.link.Go(b, MsgShip, body, func(_ []byte, err error) { e.shipDone(sh, b, err) }); err != nil {
 			e.po.Logger().Error("elastic: round state not sent to a backup; its pushes wait until the backup leaves the routing table", "backup", b, "err", err)
@@ -264,12 +263,37 @@ func (e *serverAgent) shipDone(sh *shipment, b int32, err error) {
 	e.shipCheck()
 }
 
+// seedBody is a MsgSeed's or MsgShip's body: mv, then the state's length,
+// the state and the applied-push record, copied once (a round's state is
+// as large as the interval).
+func seedBody(mv Move, state, seen []byte) []byte {
+	b := slices.Grow(MarshalMove(mv, nil), 4+len(state)+len(seen))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(state)))
+	return append(append(b, state...), seen...)
+}
+
+// stateCopier is a Migrator that can also copy keys without handing them
+// over (kv.DefaultHandler's and paramstore.Store's Snapshot, in Export's
+// format).
+type stateCopier interface {
+	Snapshot(begin, end uint64) ([]byte, error)
+}
+
 // copyState copies [begin, end) — the handler's state through its
-// Migrator and the sync gate's — for a backup, leaving it in place.
+// Migrator and the sync gate's — for a backup, leaving it in place: with
+// the handler's Snapshot if it has one, else by an Export imported back at
+// once (which decodes and reallocates every value of the interval).
 func (e *serverAgent) copyState(begin, end uint64) ([]byte, error) {
 	var syncState []byte
 	if e.sync != nil {
 		syncState = e.sync.Snapshot(begin, end)
+	}
+	if c, ok := e.migrator().(stateCopier); ok {
+		st, err := c.Snapshot(begin, end)
+		if err != nil {
+			return nil, fmt.Errorf("the handler could not copy keys [%d, %d): %w", begin, end, err)
+		}
+		return e.wrapState(syncState, stateMigrator, st), nil
 	}
 	state, err := e.exportState(begin, end, syncState)
 	if err != nil {

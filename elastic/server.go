@@ -524,23 +524,29 @@ const (
 // hand-over without one, with the keys' sync state when the server has a
 // sync mode (syncState, taken from the sync gate already).
 func (e *serverAgent) exportState(begin, end uint64, syncState []byte) ([]byte, error) {
-	var out []byte
-	if e.sync != nil {
-		out = binary.AppendUvarint([]byte{stateSync, stateSyncVersion}, uint64(len(syncState)))
-		out = append(out, syncState...)
-	}
 	if mig := e.migrator(); mig != nil {
 		st, err := mig.Export(begin, end)
 		if err != nil {
 			return nil, fmt.Errorf("the handler's Migrator could not export keys [%d, %d): %w", begin, end, err)
 		}
-		return append(append(out, stateMigrator), st...), nil
+		return e.wrapState(syncState, stateMigrator, st), nil
 	}
 	st, err := e.fallbackExport(begin, end)
 	if err != nil {
 		return nil, err
 	}
-	return append(append(out, stateFallback), st...), nil
+	return e.wrapState(syncState, stateFallback, st), nil
+}
+
+// wrapState is exportState's output for the handler's state st in format
+// format: the sync state first when the server has a sync gate.
+func (e *serverAgent) wrapState(syncState []byte, format byte, st []byte) []byte {
+	out := make([]byte, 0, 2+binary.MaxVarintLen64+len(syncState)+1+len(st))
+	if e.sync != nil {
+		out = binary.AppendUvarint(append(out, stateSync, stateSyncVersion), uint64(len(syncState)))
+		out = append(out, syncState...)
+	}
+	return append(append(out, format), st...)
 }
 
 // importState installs exportState's output for keys [begin, end): the

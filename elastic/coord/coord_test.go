@@ -54,6 +54,9 @@ type jobOpts struct {
 	stuckServer bool
 	// configure changes every node's config (jobtest.Options.Configure).
 	configure func(*postoffice.Config)
+	// migrator, if set, is each server's Migrator instead of its
+	// DefaultHandler.
+	migrator func(*kv.DefaultHandler) elastic.Migrator
 }
 
 // startJobWith starts the job described by opts: its elastic sides, the
@@ -95,7 +98,11 @@ func (j *elasticJob) setup(t *testing.T, ns, nw int, opts jobOpts) error {
 		if opts.fallback {
 			srv, err = en.NewServer(0, kv.ServerOptions{Handler: opaque{store}.handle}, nil)
 		} else {
-			srv, err = en.NewServer(0, kv.ServerOptions{Handler: store.Handle}, store)
+			var mig elastic.Migrator = store
+			if opts.migrator != nil {
+				mig = opts.migrator(store)
+			}
+			srv, err = en.NewServer(0, kv.ServerOptions{Handler: store.Handle}, mig)
 		}
 		if err != nil {
 			return err

@@ -2,12 +2,14 @@ package coord
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/postoffice"
@@ -125,18 +127,45 @@ func survivesInSync(t *testing.T, mode syncctl.Mode) {
 // receives R states of the interval it backs up and no forwarded push
 // (asynchronous replication would forward n*R). A seeding (MsgSeed) is
 // not counted: the first round's pushes wait for it and ship after it.
+// A primary whose Migrator has Snapshot copies its interval with it (one
+// per round and one for the seed: no Export imported back); one without
+// copies by Export and Import (a C++ server's state hook), with the same
+// outcome.
 func TestReplicatedBSPShipsOncePerRound(t *testing.T) {
-	const ns, nw, rounds = 3, 4, 20
-	j := startJobWith(t, ns, nw, jobOpts{configure: replicatedBSP(1)})
+	t.Run("snapshot", func(t *testing.T) {
+		snapshots := map[*kv.DefaultHandler]*atomic.Int64{}
+		j := bspShipsOncePerRound(t, func(h *kv.DefaultHandler) elastic.Migrator {
+			snapshots[h] = &atomic.Int64{}
+			return snapshotCounter{h, snapshots[h]}
+		})
+		primaries := map[int32]int64{}
+		for _, iv := range j.coord.Table().Current().Intervals {
+			primaries[iv.Node]++
+		}
+		for i, h := range j.stores {
+			id := j.servers[i].MyNode().ID
+			assert.Equal(t, (shipRounds+1)*primaries[id], snapshots[h].Load(), "server %d: a Snapshot per round and per seed of each interval it is the primary of", id)
+		}
+	})
+	t.Run("export", func(t *testing.T) {
+		bspShipsOncePerRound(t, func(h *kv.DefaultHandler) elastic.Migrator { return exportImport{h} })
+	})
+}
+
+const shipRounds = 20
+
+func bspShipsOncePerRound(t *testing.T, mig func(*kv.DefaultHandler) elastic.Migrator) *elasticJob {
+	const ns, nw = 3, 4
+	j := startJobWith(t, ns, nw, jobOpts{configure: replicatedBSP(1), migrator: mig})
 	r := j.waitReplicated(t, 1)
 	ranges := j.workers[0].ServerKeyRanges()
 	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1, ranges[1].Begin + 2, ranges[2].Begin + 1}
-	errs := bspRounds(t, j, keys, rounds, nil)
+	errs := bspRounds(t, j, keys, shipRounds, nil)
 	for wi, err := range errs {
 		require.NoError(t, err, "worker %d", wi)
 	}
 	for wi, got := range j.pullAll(t, keys) {
-		assert.Equal(t, bspWant(rounds, nw), got, "worker %d: exact sums of every round", wi)
+		assert.Equal(t, bspWant(shipRounds, nw), got, "worker %d: exact sums of every round", wi)
 	}
 	backups := map[int32]int{}
 	for _, iv := range r.Intervals {
@@ -146,9 +175,27 @@ func TestReplicatedBSPShipsOncePerRound(t *testing.T) {
 		pushes, states := en.ReplicationReceived()
 		id := j.servers[i].MyNode().ID
 		assert.Equal(t, int64(0), pushes, "server %d: no push forwarded one by one", id)
-		assert.Equal(t, int64(rounds*backups[id]), states, "server %d: one state per round of each interval it backs up", id)
+		assert.Equal(t, int64(shipRounds*backups[id]), states, "server %d: one state per round of each interval it backs up", id)
 	}
+	return j
 }
+
+// snapshotCounter is DefaultHandler's Migrator counting its Snapshots.
+type snapshotCounter struct {
+	*kv.DefaultHandler
+	n *atomic.Int64
+}
+
+func (s snapshotCounter) Snapshot(begin, end uint64) ([]byte, error) {
+	s.n.Add(1)
+	return s.DefaultHandler.Snapshot(begin, end)
+}
+
+// exportImport is DefaultHandler's Migrator without its Snapshot.
+type exportImport struct{ h *kv.DefaultHandler }
+
+func (m exportImport) Export(begin, end uint64) ([]byte, error) { return m.h.Export(begin, end) }
+func (m exportImport) Import(state []byte) error                { return m.h.Import(state) }
 
 // SSP backups count the forwarded pushes' iterations: worker 1 stops
 // after 10 rounds, worker 0 goes 2 ahead (the staleness bound), then the
