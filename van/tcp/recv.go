@@ -137,7 +137,6 @@ func (t *Transport) readLoop(c net.Conn) {
 	if sender == message.Empty {
 		// Half-open until it registers: an anonymous dialer sends its
 		// ADD_NODE and then reconnects under its id.
-		peer += "@" + host
 		if err := c.SetReadDeadline(opened.Add(t.cfg.Limits.RegisterTimeout)); err != nil {
 			return
 		}
@@ -157,7 +156,7 @@ func (t *Transport) readLoop(c net.Conn) {
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) && !t.closed.Load() {
 				t.deliver(inItem{err: &van.FrameError{Peer: peer, Reason: van.ReasonRegister,
-					Err: fmt.Errorf("%w: anonymous for %v without registering (PS_REGISTER_TIMEOUT)", errFatal, t.cfg.Limits.RegisterTimeout)}})
+					Err: fmt.Errorf("%w: the connection from %s stayed anonymous for %v without registering (PS_REGISTER_TIMEOUT)", errFatal, host, t.cfg.Limits.RegisterTimeout)}})
 				return
 			}
 			if !t.closed.Load() && !errors.Is(err, io.EOF) && !isClosedErr(err) {
@@ -205,6 +204,9 @@ type reader struct {
 
 // newReader returns a reader of c's messages within lim.
 func newReader(c net.Conn, lim van.Limits) *reader {
+	if o, err := (van.Options{Limits: lim}).WithDefaults("van/tcp"); err == nil {
+		lim = o.Limits // zero fields: the defaults
+	}
 	return &reader{c: c, buf: make([]byte, startBufSize), want: startBufSize,
 		lens: make([]uint32, lim.MaxFrames+1), lim: lim}
 }
