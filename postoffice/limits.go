@@ -84,7 +84,11 @@ func (p *Postoffice) frameRefused(fe *van.FrameError) {
 		reason = van.ReasonMalformed
 	}
 	p.refused.add(reason)
-	p.ratelog.Log(slog.LevelError, fe.Peer, reason, "refused a message; the node keeps serving",
+	level := slog.LevelError
+	if reason == van.ReasonRegister {
+		level = slog.LevelWarn // also an honest node that waits long for its job; it redials
+	}
+	p.ratelog.Log(level, fe.Peer, reason, "refused a message; the node keeps serving",
 		"err", fe.Err, "malformed_total", p.stats.Malformed.Load())
 }
 
