@@ -183,7 +183,7 @@ func (p *Postoffice) reject(err error) {
 func (p *Postoffice) dispatch(m *message.Message, size int) bool {
 	if m.Meta.AppID == message.Empty || m.Meta.Sender == message.Empty {
 		p.stats.Dropped.Add(1)
-		p.ratelog.Log(slog.LevelError, peerName(m.Meta.Sender), "unaddressed", "dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
+		p.ratelog.Log(slog.LevelError, senderName(m.Meta.Sender), "unaddressed", "dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
 		p.Release(m)
 		return true
 	}
@@ -203,7 +203,7 @@ func (p *Postoffice) dispatch(m *message.Message, size int) bool {
 			p.mu.Unlock()
 			p.stats.Dropped.Add(1)
 			p.refused.add(van.ReasonPending)
-			p.ratelog.Log(slog.LevelError, peerName(m.Meta.Sender), van.ReasonPending, "dropped a message for a customer not registered yet: the sender has too many bytes parked here",
+			p.ratelog.Log(slog.LevelError, senderName(m.Meta.Sender), van.ReasonPending, "dropped a message for a customer not registered yet: the sender has too many bytes parked here",
 				"parked_bytes", held, "limit", p.cfg.Limits.MaxPendingBytes, "env", "PS_MAX_PENDING_BYTES")
 			p.Release(m)
 			return true
@@ -235,8 +235,8 @@ func (p *Postoffice) unpark(pm parked) {
 	}
 }
 
-// peerName names a sender in logs as the transports do.
-func peerName(id int32) string {
+// senderName names a sender in logs as the transports do.
+func senderName(id int32) string {
 	if id == message.Empty {
 		return "anonymous"
 	}
@@ -273,7 +273,7 @@ func (p *Postoffice) parkedLoop() {
 					if now.After(pm.deadline) {
 						p.unpark(pm)
 						p.stats.Dropped.Add(1)
-						p.ratelog.Log(slog.LevelError, peerName(pm.msg.Meta.Sender), "no_customer", "dropped a message: no customer registered for it", "app_id", k.app, "customer_id", k.customer, "waited", p.cfg.CustomerWait, "msg", pm.msg.Meta.String())
+						p.ratelog.Log(slog.LevelError, senderName(pm.msg.Meta.Sender), "no_customer", "dropped a message: no customer registered for it", "app_id", k.app, "customer_id", k.customer, "waited", p.cfg.CustomerWait, "msg", pm.msg.Meta.String())
 						continue
 					}
 					keep = append(keep, pm)
