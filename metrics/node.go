@@ -94,7 +94,26 @@ const (
 	MetricRejectedRequests  = "elasticps_rejected_requests_total"
 	MetricReceiveHandOvers  = "elasticps_receive_handovers_total"
 	MetricReleasedTwice     = "elasticps_messages_released_twice_total"
+	MetricLimitRefusals     = "elasticps_limit_refusals_total"
 )
+
+// LimitRefusals registers MetricLimitRefusals{role, limit}: one counter per
+// value of limits, read at scrape time from count(limit), which counts the
+// messages and connections the node refused for that limit.
+func LimitRefusals(r *Registry, role string, limits []string, count func(limit string) func() int64) error {
+	var errs []error
+	for _, l := range limits {
+		read := count(l)
+		err := r.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: MetricLimitRefusals, Help: "Messages and connections the node refused by a limit (PS_MAX_*), or as malformed; it kept serving.",
+			ConstLabels: prometheus.Labels{"role": role, "limit": l},
+		}, func() float64 { return float64(read()) }))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("metrics: %s{role=%q,limit=%q}: %w", MetricLimitRefusals, role, l, err))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // NodeMetrics registers the standard node counters, labelled
 // role="scheduler"|"server"|"worker", read from stats at scrape time (the

@@ -109,6 +109,11 @@ type Config struct {
 	// registered yet is parked before it is dropped with an error (5 s, as
 	// ps-lite's GetCustomer timeout).
 	CustomerWait time.Duration
+	// Limits bound what peers can make this node accept or hold
+	// (PS_MAX_META_BYTES, PS_MAX_FRAMES, PS_MAX_MESSAGE_BYTES,
+	// PS_MAX_PENDING_BYTES, PS_REGISTER_TIMEOUT, PS_MAX_NODES; limits.go).
+	// Zero fields take the defaults.
+	Limits Limits
 	// InlineHandOver is how long a customer's handler may run on the
 	// receive goroutine (see InlineCustomer) before the receive loop goes
 	// on in a new goroutine (PS_INLINE_HANDOVER_US, microseconds); 0 means
@@ -374,6 +379,9 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.Sync, err = syncFromEnv(get); err != nil {
 		return c, err
 	}
+	if c.Limits, err = limitsFromEnv(get); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -555,7 +563,7 @@ func (c *Config) validate() error {
 	if c.VanType == "" {
 		c.VanType = "zmq"
 	}
-	return nil
+	return c.Limits.withDefaults()
 }
 
 // authToken reads PS_AUTH_TOKEN or PS_AUTH_TOKEN_FILE (not both).

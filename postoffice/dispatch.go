@@ -3,7 +3,9 @@ package postoffice
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/elasticps/elasticps/message"
@@ -22,6 +24,7 @@ type customerKey struct{ app, customer int32 }
 type parked struct {
 	msg      *message.Message
 	deadline time.Time
+	size     int64 // counted in Postoffice.parkedBytes
 }
 
 // AddCustomer registers c for data messages to (appID, customerID).
@@ -37,6 +40,7 @@ func (p *Postoffice) AddCustomer(appID, customerID int, c Customer) error {
 	// receive loop dispatches right after cannot overtake them (Accept does
 	// not block).
 	for _, pm := range p.parked[k] {
+		p.unpark(pm)
 		c.Accept(pm.msg)
 	}
 	delete(p.parked, k)
@@ -67,8 +71,7 @@ func (p *Postoffice) receiveLoop() {
 		if err != nil {
 			var fe *van.FrameError
 			if errors.As(err, &fe) {
-				p.stats.Malformed.Add(1)
-				p.log.Error("dropped a malformed message; the node keeps serving", "err", err, "malformed_total", p.stats.Malformed.Load())
+				p.frameRefused(fe)
 				continue
 			}
 			if errors.Is(err, van.ErrClosed) {
@@ -168,7 +171,9 @@ func (p *Postoffice) handleAsNode(m *message.Message) {
 
 func (p *Postoffice) reject(err error) {
 	p.stats.Rejected.Add(1)
-	p.log.Error("rejected a control message; the node keeps serving", "err", err)
+	// A stranger can send any number of these: at most one line per
+	// distinct error per LogInterval (the table of errors is bounded).
+	p.ratelog.Log(slog.LevelError, "", err.Error(), "rejected a control message; the node keeps serving", "rejected_total", p.stats.Rejected.Load())
 }
 
 // dispatch hands a data message to its customer. Workers route by
@@ -178,7 +183,7 @@ func (p *Postoffice) reject(err error) {
 func (p *Postoffice) dispatch(m *message.Message, size int) bool {
 	if m.Meta.AppID == message.Empty || m.Meta.Sender == message.Empty {
 		p.stats.Dropped.Add(1)
-		p.log.Error("dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
+		p.ratelog.Log(slog.LevelError, senderName(m.Meta.Sender), "unaddressed", "dropped a data message without app_id or from an unregistered sender", "msg", m.Meta.String())
 		p.Release(m)
 		return true
 	}
@@ -191,10 +196,21 @@ func (p *Postoffice) dispatch(m *message.Message, size int) bool {
 	c, ok := p.customers[k]
 	if !ok {
 		// Not blocking the receive loop: park it until the customer
-		// registers or CustomerWait passes. Parked messages may be
-		// dropped and their customer may not release: no views.
+		// registers or CustomerWait passes, within the sender's
+		// MaxPendingBytes. Parked messages may be dropped and their
+		// customer may not release: no views.
+		if held := p.parkedBytes[m.Meta.Sender]; held > 0 && held+int64(size) > p.cfg.Limits.MaxPendingBytes {
+			p.mu.Unlock()
+			p.stats.Dropped.Add(1)
+			p.refused.add(van.ReasonPending)
+			p.ratelog.Log(slog.LevelError, senderName(m.Meta.Sender), van.ReasonPending, "dropped a message for a customer not registered yet: the sender has too many bytes parked here",
+				"parked_bytes", held, "limit", p.cfg.Limits.MaxPendingBytes, "env", "PS_MAX_PENDING_BYTES")
+			p.Release(m)
+			return true
+		}
 		p.Detach(m)
-		p.parked[k] = append(p.parked[k], parked{msg: m, deadline: time.Now().Add(p.cfg.CustomerWait)})
+		p.parkedBytes[m.Meta.Sender] += int64(size)
+		p.parked[k] = append(p.parked[k], parked{msg: m, deadline: time.Now().Add(p.cfg.CustomerWait), size: int64(size)})
 		p.mu.Unlock()
 		return true
 	}
@@ -209,6 +225,22 @@ func (p *Postoffice) dispatch(m *message.Message, size int) bool {
 	}
 	c.Accept(m)
 	return true
+}
+
+// unpark forgets pm's bytes in parkedBytes. Caller holds p.mu.
+func (p *Postoffice) unpark(pm parked) {
+	s := pm.msg.Meta.Sender
+	if p.parkedBytes[s] -= pm.size; p.parkedBytes[s] <= 0 {
+		delete(p.parkedBytes, s)
+	}
+}
+
+// senderName names a sender in logs as the transports do.
+func senderName(id int32) string {
+	if id == message.Empty {
+		return "anonymous"
+	}
+	return "ps" + strconv.Itoa(int(id))
 }
 
 // startReceiving starts the receive loop, the inline hand-over's watch
@@ -239,8 +271,9 @@ func (p *Postoffice) parkedLoop() {
 				keep := list[:0]
 				for _, pm := range list {
 					if now.After(pm.deadline) {
+						p.unpark(pm)
 						p.stats.Dropped.Add(1)
-						p.log.Error("dropped a message: no customer registered for it", "app_id", k.app, "customer_id", k.customer, "waited", p.cfg.CustomerWait, "msg", pm.msg.Meta.String())
+						p.ratelog.Log(slog.LevelError, senderName(pm.msg.Meta.Sender), "no_customer", "dropped a message: no customer registered for it", "app_id", k.app, "customer_id", k.customer, "waited", p.cfg.CustomerWait, "msg", pm.msg.Meta.String())
 						continue
 					}
 					keep = append(keep, pm)

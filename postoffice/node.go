@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/elasticps/elasticps/internal/ratelog"
 	"github.com/elasticps/elasticps/membership"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/metrics"
@@ -53,7 +54,13 @@ type Postoffice struct {
 	connected map[string]int32 // host:port -> id
 	customers map[customerKey]Customer
 	parked    map[customerKey][]parked
-	exitFns   []func()
+	// parkedBytes are the bytes parked per sender, which
+	// Limits.MaxPendingBytes bounds. Guarded by mu.
+	parkedBytes map[int32]int64
+
+	ratelog *ratelog.Limiter // refusals a stranger can trigger (limits.go)
+	refused refusals
+	exitFns []func()
 	// barrier waiters: customer id -> its barrier
 	barrierWait map[int32]barrierWaiter
 	barrierErr  error // set: every barrier fails with it (the scheduler will not release it)
@@ -123,12 +130,14 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		connected:   map[string]int32{},
 		customers:   map[customerKey]Customer{},
 		parked:      map[customerKey][]parked{},
+		parkedBytes: map[int32]int64{},
 		barrierWait: map[int32]barrierWaiter{},
 		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
 		ranges:      routing.KeyRanges(cfg.NumServers),
 		waitReport:  waitReport{waitReportFirst, waitReportMax},
 	}
 	p.tr = countingTransport{Transport: tr, stats: &p.stats}
+	p.ratelog = ratelog.New(p.log, LogInterval)
 	p.reg = metrics.NewNodeRegistry(cfg.Role.String())
 	st := &p.stats
 	if err := metrics.NodeMetrics(p.reg, cfg.Role.String(), metrics.StatsFuncs{
@@ -147,6 +156,9 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 	}
 	p.auth = newAuthGate(key, cfg.Role.String(), lease)
 	if err := p.reg.Register(p.auth.refused); err != nil {
+		return nil, fmt.Errorf("postoffice: metrics: %w", err)
+	}
+	if err := metrics.LimitRefusals(p.reg, cfg.Role.String(), refusalReasons[:], p.refusalCount); err != nil {
 		return nil, fmt.Errorf("postoffice: metrics: %w", err)
 	}
 	km, err := metrics.NewKVMetrics(p.reg)

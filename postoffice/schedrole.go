@@ -157,6 +157,10 @@ func (d *schedulerDriver) step(s *scheduler.State, m *message.Message) scheduler
 			// package scheduler has the rule).
 			return s.Rejoin(time.Now(), n, m.Meta.Body)
 		}
+		if n, limit := s.Size(), d.p.cfg.Limits.MaxNodes; n >= limit && m.Meta.Sender == message.Empty {
+			d.p.refused.add(ReasonNodes)
+			return rejected(errTooManyNodes(n, limit))
+		}
 		return s.AddNode(time.Now(), m.Meta.Sender, m.Meta.Control.Nodes[0])
 	case message.CmdBarrier:
 		return s.Barrier(m.Meta.Sender, m.Meta.AppID, m.Meta.CustomerID, m.Meta.Control.BarrierGroup)

@@ -168,6 +168,17 @@ func Groups(numServers, numWorkers int) map[int][]int32 {
 // Ready reports whether every expected node has registered.
 func (s *State) Ready() bool { return s.ready }
 
+// Size is the number of nodes the scheduler holds: registered (standbys
+// too, and itself), registering, and waiting for a rebuild; what
+// PS_MAX_NODES bounds.
+func (s *State) Size() int {
+	n := len(s.nodes) + len(s.pending) + len(s.early)
+	if s.rebuild != nil {
+		n += len(s.rebuild.deferred)
+	}
+	return n
+}
+
 // Nodes returns the node list (scheduler last) once ready.
 func (s *State) Nodes() []message.Node { return slices.Clone(s.nodes) }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van/internal/recvmsg"
@@ -23,8 +24,23 @@ var ErrClosed = errors.New("van: transport closed")
 // transport stays usable: the caller logs it, counts it and calls Recv again.
 type FrameError struct {
 	Peer string // peer identity as received (e.g. "ps9"), or "anonymous"
-	Err  error
+	// Reason classifies Err with one of the Reason constants, so that the
+	// node can count refusals per limit and rate-limit their logs per
+	// (Peer, Reason).
+	Reason string
+	Err    error
 }
+
+// Reasons of a FrameError. The limit ones name a field of Limits.
+const (
+	ReasonMalformed = "malformed"     // the bytes do not decode
+	ReasonHello     = "hello"         // a connection that did not start with a valid hello (van/tcp)
+	ReasonMeta      = "max_meta"      // Limits.MaxMetaBytes
+	ReasonFrames    = "max_frames"    // Limits.MaxFrames
+	ReasonSize      = "max_message"   // Limits.MaxMessageBytes
+	ReasonPending   = "max_pending"   // Limits.MaxPendingBytes: the peer was cut off
+	ReasonRegister  = "register_wait" // Limits.RegisterTimeout: the peer was cut off
+)
 
 func (e *FrameError) Error() string {
 	return fmt.Sprintf("van: rejected malformed message from %s: %v", e.Peer, e.Err)
@@ -150,30 +166,59 @@ func (o Options) WithDefaults(van string) (Options, error) {
 	if o.WaterMark < 0 {
 		return o, fmt.Errorf("%s: Options.WaterMark must not be negative", van)
 	}
-	if o.Limits.MaxFrames < 0 || o.Limits.MaxMessageBytes < 0 {
+	l := &o.Limits
+	if l.MaxFrames < 0 || l.MaxMessageBytes < 0 || l.MaxMetaBytes < 0 || l.MaxPendingBytes < 0 || l.RegisterTimeout < 0 {
 		return o, fmt.Errorf("%s: Options.Limits must not be negative", van)
 	}
 	def := DefaultLimits()
-	if o.Limits.MaxFrames == 0 {
-		o.Limits.MaxFrames = def.MaxFrames
-	}
-	if o.Limits.MaxMessageBytes == 0 {
-		o.Limits.MaxMessageBytes = def.MaxMessageBytes
-	}
+	setDefault(&l.MaxFrames, def.MaxFrames)
+	setDefault(&l.MaxMessageBytes, def.MaxMessageBytes)
+	setDefault(&l.MaxMetaBytes, def.MaxMetaBytes)
+	setDefault(&l.MaxPendingBytes, def.MaxPendingBytes)
+	setDefault(&l.RegisterTimeout, def.RegisterTimeout)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	return o, nil
 }
 
-// Limits bounds what a transport accepts from the network.
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// Limits bounds what a transport accepts from the network. The defaults
+// are far above what a ps-lite, MXNet or BytePS job sends (a meta of a few
+// hundred bytes, at most 4 data frames, messages up to a tensor partition)
+// and bound what a stranger can make a node hold. A message beyond a limit
+// is a *FrameError with the limit's Reason.
 type Limits struct {
 	MaxFrames       int   // data frames per message; default 16
 	MaxMessageBytes int64 // total bytes per message; default 2 GiB
+	MaxMetaBytes    int64 // bytes of a message's meta frame; default 1 MiB
+
+	// MaxPendingBytes bounds the bytes of one peer's messages that a
+	// transport has received but Recv has not yet returned; a peer that
+	// floods faster than the node reads is cut off (its connection
+	// closed) rather than allowed to grow the node's memory. One message
+	// is always accepted whatever its size (within MaxMessageBytes).
+	// Default 4 GiB. van/tcp; van/zmq bounds its queues in messages
+	// (ZMQ_RCVHWM) and frames (ZMQ_MAXMSGSIZE).
+	MaxPendingBytes int64
+
+	// RegisterTimeout is how long an anonymous connection (one whose
+	// dialer has no node id yet) may stay open: long enough to send its
+	// ADD_NODE, after which the node reconnects under its id. A half-open
+	// peer that never registers is cut off. Default 60 s. van/tcp.
+	RegisterTimeout time.Duration
 }
 
 // DefaultLimits returns the limits used when a field is zero.
-func DefaultLimits() Limits { return Limits{MaxFrames: 16, MaxMessageBytes: 2 << 30} }
+func DefaultLimits() Limits {
+	return Limits{MaxFrames: 16, MaxMessageBytes: 2 << 30, MaxMetaBytes: 1 << 20,
+		MaxPendingBytes: 4 << 30, RegisterTimeout: time.Minute}
+}
 
 // ReleasedTwice counts, process-wide, the releases of received messages
 // that van/zmq and van/tcp refused because another release of the same

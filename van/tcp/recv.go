@@ -7,6 +7,9 @@ import (
 	"io"
 	"math"
 	"net"
+	"os"
+	"sync/atomic"
+	"time"
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
@@ -64,6 +67,9 @@ func (t *Transport) Recv() (*message.Message, error) {
 	}
 	select {
 	case it := <-t.inbox:
+		if it.pending != nil {
+			it.pending.Add(-it.size)
+		}
 		return it.msg, it.err
 	case <-t.done:
 		return nil, van.ErrClosed
@@ -101,52 +107,85 @@ func (t *Transport) deliver(it inItem) bool {
 	}
 }
 
-// readLoop reads the messages of one accepted connection.
+// readLoop reads the messages of one accepted connection. It cuts the
+// connection off when the peer has more than Limits.MaxPendingBytes
+// waiting for Recv, or stays anonymous longer than Limits.RegisterTimeout.
 func (t *Transport) readLoop(c net.Conn) {
 	defer t.wg.Done()
 	defer t.untrack(c)
+	opened := time.Now()
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	if host == "" {
+		host = c.RemoteAddr().String()
+	}
 	sender, err := readHello(c, t.cfg.HandshakeTimeout)
 	if err != nil {
 		if errors.Is(err, errZMTP) {
 			// Once per host: a ZeroMQ dialer reconnects from a new port
 			// every time.
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			if host == "" {
-				host = c.RemoteAddr().String()
-			}
 			t.mismatch(host)
 			return
 		}
 		if errors.Is(err, errBadHello) {
-			t.deliver(inItem{err: &van.FrameError{Peer: c.RemoteAddr().String(), Err: err}})
+			t.deliver(inItem{err: &van.FrameError{Peer: host, Reason: van.ReasonHello, Err: err}})
 		} else if !t.closed.Load() {
 			t.log.Debug("van/tcp: connection closed before its hello", "remote", c.RemoteAddr().String(), "err", err)
 		}
 		return
 	}
+	peer := identity(sender)
+	if sender == message.Empty {
+		// Half-open until it registers: an anonymous dialer sends its
+		// ADD_NODE and then reconnects under its id.
+		if err := c.SetReadDeadline(opened.Add(t.cfg.Limits.RegisterTimeout)); err != nil {
+			return
+		}
+	}
+	var pending atomic.Int64
 	rd := newReader(c, t.cfg.Limits)
 	for {
 		msg, err := rd.next()
 		if err != nil {
 			var fe *van.FrameError
 			if errors.As(err, &fe) {
-				fe.Peer = identity(sender)
+				fe.Peer = peer
 				if !t.deliver(inItem{err: fe}) || errors.Is(fe.Err, errFatal) {
 					return
 				}
 				continue
 			}
+			if errors.Is(err, os.ErrDeadlineExceeded) && !t.closed.Load() {
+				t.deliver(inItem{err: &van.FrameError{Peer: peer, Reason: van.ReasonRegister,
+					Err: fmt.Errorf("%w: the connection from %s stayed anonymous for %v without registering (PS_REGISTER_TIMEOUT)", errFatal, host, t.cfg.Limits.RegisterTimeout)}})
+				return
+			}
 			if !t.closed.Load() && !errors.Is(err, io.EOF) && !isClosedErr(err) {
-				t.log.Debug("van/tcp: connection dropped", "peer", identity(sender), "err", err)
+				t.log.Debug("van/tcp: connection dropped", "peer", peer, "err", err)
 			}
 			return
 		}
+		size := int64(msgBytes(msg))
+		if p := pending.Load(); p > 0 && p+size > t.cfg.Limits.MaxPendingBytes {
+			t.Release(msg)
+			t.deliver(inItem{err: &van.FrameError{Peer: peer, Reason: van.ReasonPending,
+				Err: fmt.Errorf("%w: %d bytes received and not yet taken, the limit is %d (PS_MAX_PENDING_BYTES)", errFatal, p+size, t.cfg.Limits.MaxPendingBytes)}})
+			return
+		}
+		pending.Add(size)
 		msg.Meta.Sender = sender
 		msg.Meta.Recver = t.myID.Load()
-		if !t.deliver(inItem{msg: msg}) {
+		if !t.deliver(inItem{msg: msg, pending: &pending, size: size}) {
 			return
 		}
 	}
+}
+
+func msgBytes(m *message.Message) int {
+	n := 0
+	for _, d := range m.Data {
+		n += len(d)
+	}
+	return n
 }
 
 // reader parses messages from one connection.
@@ -165,6 +204,9 @@ type reader struct {
 
 // newReader returns a reader of c's messages within lim.
 func newReader(c net.Conn, lim van.Limits) *reader {
+	if o, err := (van.Options{Limits: lim}).WithDefaults("van/tcp"); err == nil {
+		lim = o.Limits // zero fields: the defaults
+	}
 	return &reader{c: c, buf: make([]byte, startBufSize), want: startBufSize,
 		lens: make([]uint32, lim.MaxFrames+1), lim: lim}
 }
@@ -261,7 +303,7 @@ func (rd *reader) next() (*message.Message, error) {
 	count := binary.LittleEndian.Uint32(rd.buf[rd.r:])
 	rd.r += 4
 	if count == 0 || uint64(count) > uint64(rd.lim.MaxFrames)+1 {
-		return nil, &van.FrameError{Err: fmt.Errorf("%w: header announces %d frames; the limit is a meta frame and %d data frames", errFatal, count, rd.lim.MaxFrames)}
+		return nil, &van.FrameError{Reason: van.ReasonFrames, Err: fmt.Errorf("%w: header announces %d frames; the limit is a meta frame and %d data frames (PS_MAX_FRAMES)", errFatal, count, rd.lim.MaxFrames)}
 	}
 	n := int(count)
 	if err := rd.fill(4 * n); err != nil {
@@ -275,7 +317,10 @@ func (rd *reader) next() (*message.Message, error) {
 	}
 	rd.r += 4 * n
 	if total > uint64(rd.lim.MaxMessageBytes) {
-		return nil, &van.FrameError{Err: fmt.Errorf("%w: message of %d bytes exceeds the %d-byte limit", errFatal, total, rd.lim.MaxMessageBytes)}
+		return nil, &van.FrameError{Reason: van.ReasonSize, Err: fmt.Errorf("%w: message of %d bytes exceeds the %d-byte limit (PS_MAX_MESSAGE_BYTES)", errFatal, total, rd.lim.MaxMessageBytes)}
+	}
+	if int64(lens[0]) > rd.lim.MaxMetaBytes {
+		return nil, &van.FrameError{Reason: van.ReasonMeta, Err: fmt.Errorf("%w: meta frame of %d bytes exceeds the %d-byte limit (PS_MAX_META_BYTES)", errFatal, lens[0], rd.lim.MaxMetaBytes)}
 	}
 	metaLen := int(lens[0])
 	if err := rd.fill(metaLen); err != nil {
@@ -285,10 +330,11 @@ func (rd *reader) next() (*message.Message, error) {
 	msg := im.Message()
 	bad := message.DecodeMeta(rd.buf[rd.r:rd.r+metaLen], &msg.Meta)
 	rd.r += metaLen
+	reason := van.ReasonMalformed
 	if bad != nil {
 		bad = fmt.Errorf("bad meta frame (%d bytes): %w", metaLen, bad)
 	} else if k := len(msg.Meta.DataType); k > rd.lim.MaxFrames {
-		bad = fmt.Errorf("meta announces %d data frames, limit is %d", k, rd.lim.MaxFrames)
+		bad, reason = fmt.Errorf("meta announces %d data frames, limit is %d (PS_MAX_FRAMES)", k, rd.lim.MaxFrames), van.ReasonFrames
 	} else {
 		bad = message.CheckFrames(&msg.Meta, n-1)
 	}
@@ -297,7 +343,7 @@ func (rd *reader) next() (*message.Message, error) {
 		if err := rd.skip(total - uint64(metaLen)); err != nil {
 			return nil, err
 		}
-		return nil, &van.FrameError{Err: bad}
+		return nil, &van.FrameError{Reason: reason, Err: bad}
 	}
 
 	small := 0

@@ -164,6 +164,10 @@ var _ van.Transport = (*Transport)(nil)
 type inItem struct {
 	msg *message.Message
 	err error
+	// pending is the counter of msg's connection, which Recv lowers by
+	// size: the bytes Limits.MaxPendingBytes bounds.
+	pending *atomic.Int64
+	size    int64
 }
 
 // New creates a Transport. It opens no socket until Bind or Connect.

@@ -116,7 +116,7 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 	ident := in.view(0)
 	sender := parseIdentity(ident)
 	if n < 2 {
-		return nil, frameError(ident, sender, errNoMeta)
+		return nil, frameError(ident, sender, van.ReasonMalformed, errNoMeta)
 	}
 	lim := t.cfg.Limits
 	held := min(n, len(in.size))
@@ -128,25 +128,26 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 	metaBuf := in.view(1)
 	switch {
 	case ndata > lim.MaxFrames:
-		return nil, frameError(ident, sender, fmt.Errorf("more than %d data frames", lim.MaxFrames))
-	case int64(len(metaBuf)) > lim.MaxMessageBytes:
-		return nil, frameError(ident, sender, fmt.Errorf("meta frame of %d bytes exceeds the %d-byte message limit", len(metaBuf), lim.MaxMessageBytes))
+		return nil, frameError(ident, sender, van.ReasonFrames, fmt.Errorf("more than %d data frames (PS_MAX_FRAMES)", lim.MaxFrames))
+	case int64(len(metaBuf)) > lim.MaxMetaBytes:
+		return nil, frameError(ident, sender, van.ReasonMeta, fmt.Errorf("meta frame of %d bytes exceeds the %d-byte limit (PS_MAX_META_BYTES)", len(metaBuf), lim.MaxMetaBytes))
+	case total > lim.MaxMessageBytes:
+		return nil, frameError(ident, sender, van.ReasonSize, fmt.Errorf("message of %d bytes exceeds the %d-byte limit (PS_MAX_MESSAGE_BYTES)", total, lim.MaxMessageBytes))
 	}
 	im := recvmsg.Get()
 	msg := im.Message()
 	var bad error
+	reason := van.ReasonMalformed
 	if err := message.DecodeMeta(metaBuf, &msg.Meta); err != nil {
 		bad = fmt.Errorf("bad meta frame (%d bytes): %w", len(metaBuf), err)
 	} else if k := len(msg.Meta.DataType); k > lim.MaxFrames {
-		bad = fmt.Errorf("meta announces %d data frames, limit is %d", k, lim.MaxFrames)
-	} else if total > lim.MaxMessageBytes {
-		bad = fmt.Errorf("message of %d bytes exceeds %d bytes", total, lim.MaxMessageBytes)
+		bad, reason = fmt.Errorf("meta announces %d data frames, limit is %d (PS_MAX_FRAMES)", k, lim.MaxFrames), van.ReasonFrames
 	} else {
 		bad = message.CheckFrames(&msg.Meta, ndata)
 	}
 	if bad != nil {
 		recvmsg.Put(im)
-		return nil, frameError(ident, sender, bad)
+		return nil, frameError(ident, sender, reason, bad)
 	}
 	var views viewSet
 	msg.Data = copyFrames(im, &views, in, 2, n, t.cfg.ZeroCopyRecvMin)
@@ -260,12 +261,12 @@ func (t *Transport) recvErr(err error) error {
 	return fmt.Errorf("van/zmq: recv: %w", err)
 }
 
-func frameError(ident []byte, sender int32, err error) *van.FrameError {
+func frameError(ident []byte, sender int32, reason string, err error) *van.FrameError {
 	peer := "anonymous"
 	if sender != message.Empty {
 		peer = string(ident)
 	}
-	return &van.FrameError{Peer: peer, Err: err}
+	return &van.FrameError{Peer: peer, Reason: reason, Err: err}
 }
 
 // parseIdentity maps a ROUTER identity frame to a node id: "ps<decimal>"

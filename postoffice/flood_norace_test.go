@@ -1,0 +1,5 @@
+//go:build !race
+
+package postoffice_test
+
+const raceScale = 1
