@@ -92,9 +92,10 @@ examples: build bridge
 	done
 
 # Every fuzz target (func FuzzX in a _test.go file; the rdma ones with
-# -tags rdma) for FUZZTIME each, starting from its committed corpus
-# (testdata/fuzz/FuzzX/). A longer run of one: scripts/fuzz.sh 10m FuzzX.
-FUZZTIME ?= 5s
+# -tags rdma) for FUZZTIME each (17 targets: about a minute of fuzzing),
+# starting from its committed corpus (testdata/fuzz/FuzzX/). A longer run
+# of one: scripts/fuzz.sh 10m FuzzX.
+FUZZTIME ?= 4s
 fuzz-short: deps
 	GO=$(GO) ./scripts/fuzz.sh $(FUZZTIME)
 

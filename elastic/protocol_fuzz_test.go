@@ -56,7 +56,7 @@ func forwardMessage(p forwardedPush) *message.Message {
 func FuzzDecodeForward(f *testing.F) {
 	plain := forwardedPush{worker: 9<<8 | 1, ts: 4, iter: 2, req: kv.LocalRequest{Push: true, DataType: message.Float,
 		Data: kv.KVPairs{Keys: []uint64{1, 5, 9}, Vals: kv.AsBytes([]float32{1, 2, 3})}}}
-	lens := forwardedPush{worker: 11<<8 | 0, ts: math.MaxInt32, req: kv.LocalRequest{Push: true, Cmd: 3, DataType: message.Double,
+	lens := forwardedPush{worker: 11 << 8, ts: math.MaxInt32, req: kv.LocalRequest{Push: true, Cmd: 3, DataType: message.Double,
 		Data: kv.KVPairs{Keys: []uint64{7, 8}, Vals: kv.AsBytes([]float64{1, 2, 3}), Lens: []int32{1, 2}}}}
 	testutil.FuzzSeeds(f, encodeForward(forwardMessage(plain)), encodeForward(forwardMessage(lens)))
 	f.Fuzz(func(t *testing.T, b []byte) {

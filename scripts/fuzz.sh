@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the module (each func FuzzX in a _test.go file)
 # for a fixed budget: scripts/fuzz.sh [fuzztime] [name regexp], e.g.
-# scripts/fuzz.sh 5s (make fuzz-short) or scripts/fuzz.sh 10m FuzzConnStream.
+# scripts/fuzz.sh 4s (make fuzz-short) or scripts/fuzz.sh 10m FuzzConnStream.
 # Targets in files built only with the rdma tag run with it. A crash
 # fails the run; go test writes the input under the package's
 # testdata/fuzz/FuzzX/, where `go test` then replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-fuzztime=${1:-5s}
+fuzztime=${1:-4s}
 only=${2:-.}
 GO=${GO:-go}
 n=0

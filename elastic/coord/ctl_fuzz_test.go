@@ -41,7 +41,7 @@ func FuzzControlQuery(f *testing.F) {
 // FuzzStatusJSON feeds answers of the control API to the decoding that
 // `elasticps ctl` does (encoding/json into Status, MoveStatus and
 // DrainStatus): no panic, and what decodes encodes to JSON that decodes
-// the same.
+// to the same value.
 func FuzzStatusJSON(f *testing.F) {
 	mv := MoveStatus{Begin: 0, End: 100, From: 8, To: 10, Bytes: 400, Ms: 12.5}
 	st := Status{Epoch: 3, Moves: 1, LastMoves: []MoveStatus{mv, {Begin: 5, End: 6, From: 10, To: 12, Error: "no answer"}},
@@ -62,7 +62,8 @@ func FuzzStatusJSON(f *testing.F) {
 }
 
 // roundTrip decodes b into v and, if that works, v's encoding into v2,
-// which must then equal v.
+// which must then encode the same (values may differ where omitempty
+// turns an empty list into none).
 func roundTrip[T any](t *testing.T, b []byte, v, v2 *T) {
 	if json.Unmarshal(b, v) != nil {
 		return
@@ -70,5 +71,7 @@ func roundTrip[T any](t *testing.T, b []byte, v, v2 *T) {
 	enc, err := json.Marshal(v)
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(enc, v2), "re-encoded %s does not decode", enc)
-	require.Equal(t, v, v2, "round trip changed the value")
+	enc2, err := json.Marshal(v2)
+	require.NoError(t, err)
+	require.Equal(t, string(enc), string(enc2), "round trip changed the value")
 }
