@@ -1,12 +1,13 @@
 # elasticps: a Go parameter server speaking ps-lite's protocol.
 #   make demo   run the demo job (installs system packages when missing)
-#   make test   vet, staticcheck, race tests, process tests, compat tests
+#   make test   vet, staticcheck, race tests, process tests, compat tests,
+#               every fuzz target briefly
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build demo test deps vet staticcheck unit unit-tcp unit-mem unit-shm rdma compat compat-fabric bridge clean fmt-check
+.PHONY: all build demo test deps vet staticcheck unit unit-tcp unit-mem unit-shm rdma compat compat-fabric bridge clean fmt-check fuzz-short
 
 all: build
 
@@ -95,7 +96,15 @@ examples: build bridge
 	  if [ "$$n" -ne 2 ]; then echo "examples: $$n of 2 workers reported exact sums"; exit 1; fi; \
 	done
 
-test: fmt-check vet staticcheck unit unit-tcp unit-mem unit-shm rdma compat compat-fabric examples
+# Every fuzz target (func FuzzX in a _test.go file; the rdma ones with
+# -tags rdma) for FUZZTIME each (17 targets: about a minute of fuzzing),
+# starting from its committed corpus (testdata/fuzz/FuzzX/). A longer run
+# of one: scripts/fuzz.sh 10m FuzzX.
+FUZZTIME ?= 3s
+fuzz-short: deps
+	GO=$(GO) ./scripts/fuzz.sh $(FUZZTIME)
+
+test: fmt-check vet staticcheck unit unit-tcp unit-mem unit-shm rdma compat compat-fabric examples fuzz-short
 
 clean:
 	rm -rf $(BIN) cbridge/build cbridge/build-rdma cbridge/deps compat_tests/build compat_tests/build-rdma

@@ -581,18 +581,26 @@ func (e *serverAgent) installShip(from int32, body []byte) error {
 	return e.installSeed(body)
 }
 
+// splitSeed decodes seedBody's output; state and seen alias body.
+func splitSeed(body []byte) (mv Move, state, seen []byte, err error) {
+	mv, rest, err := UnmarshalMove(body)
+	if err != nil {
+		return mv, nil, nil, err
+	}
+	if len(rest) < 4 || int(binary.LittleEndian.Uint32(rest)) > len(rest)-4 {
+		return mv, nil, nil, fmt.Errorf("elastic: seed of %d bytes is truncated: its state's length prefix is missing or larger than the rest", len(body))
+	}
+	n := int(binary.LittleEndian.Uint32(rest))
+	return mv, rest[4 : 4+n], rest[4+n:], nil
+}
+
 // installSeed replaces what this backup holds of the seed's interval with
 // the primary's copy.
 func (e *serverAgent) installSeed(body []byte) error {
-	mv, rest, err := UnmarshalMove(body)
+	mv, state, seen, err := splitSeed(body)
 	if err != nil {
 		return err
 	}
-	if len(rest) < 4 || int(binary.LittleEndian.Uint32(rest)) > len(rest)-4 {
-		return errors.New("elastic: seed is truncated")
-	}
-	n := int(binary.LittleEndian.Uint32(rest))
-	state, seen := rest[4:4+n], rest[4+n:]
 	if e.migrator() == nil {
 		return errors.New("this server's handler has no Migrator: it cannot hold a backup (PS_REPLICAS needs one on every server)")
 	}

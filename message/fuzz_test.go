@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
 )
 
@@ -13,15 +14,21 @@ import (
 // encode-then-decode: re-encoding yields a frame that decodes to an equal
 // Meta and re-encodes to the same bytes.
 func FuzzDecodeMeta(f *testing.F) {
-	for _, r := range loadDmlcGolden(f) {
-		f.Add(r.meta)
+	// Every golden vector is a seed; every 100th goes to the committed
+	// corpus as well (the vectors are committed already).
+	var seeds [][]byte
+	for i, r := range loadDmlcGolden(f) {
+		if i%100 == 0 {
+			seeds = append(seeds, r.meta)
+		} else {
+			f.Add(r.meta)
+		}
 	}
 	kv, an := kvPushMeta(), addNodeMeta()
 	kv.Ext = message.Ext{Epoch: 2, SendNanos: -5, RecvNanos: 6, HandleNano: 7, PushSeq: 8, Iteration: 9}
-	f.Add(message.EncodeMeta(&kv))
-	f.Add(message.EncodeMeta(&an))
-	f.Add([]byte(pb{}.u(9, 8).lp(9, pb{}.varint(9)).key(20, 3).u(1, 1).key(20, 4).lp(3, pb{}.i32(1, 3).i32(3, -1))))
-	f.Add([]byte{})
+	testutil.FuzzSeeds(f, append(seeds, message.EncodeMeta(&kv), message.EncodeMeta(&an),
+		[]byte(pb{}.u(9, 8).lp(9, pb{}.varint(9)).key(20, 3).u(1, 1).key(20, 4).lp(3, pb{}.i32(1, 3).i32(3, -1))),
+		[]byte{})...)
 
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var m message.Meta

@@ -2,9 +2,11 @@ package coord
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"time"
@@ -188,18 +190,15 @@ func (c *Coordinator) ServeControl(addr string) (string, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, c.Status()) })
 	mux.HandleFunc("POST /move", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		begin, err1 := strconv.ParseUint(q.Get("begin"), 10, 64)
-		end, err2 := strconv.ParseUint(q.Get("end"), 10, 64)
-		to, err3 := strconv.ParseInt(q.Get("to"), 10, 32)
-		if err1 != nil || err2 != nil || err3 != nil {
-			http.Error(w, "move needs begin, end (keys) and to (a server node id), as decimal integers", http.StatusBadRequest)
+		begin, end, to, err := parseMove(r.URL.RawQuery)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		if c.notComplete(w) {
 			return
 		}
-		res, err := c.Move(begin, end, int32(to))
+		res, err := c.Move(begin, end, to)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
@@ -207,20 +206,20 @@ func (c *Coordinator) ServeControl(addr string) (string, error) {
 		writeJSON(w, moveStatus(res))
 	})
 	mux.HandleFunc("POST /drain", func(w http.ResponseWriter, r *http.Request) {
-		id, err := strconv.ParseInt(r.URL.Query().Get("node"), 10, 32)
+		id, err := parseDrain(r.URL.RawQuery)
 		if err != nil {
-			http.Error(w, "drain needs node (a server node id, e.g. 10)", http.StatusBadRequest)
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		if c.notComplete(w) {
 			return
 		}
-		res, err := c.Drain(int32(id))
+		res, err := c.Drain(id)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
-		ds := DrainStatus{Node: int32(id), Left: true, Moves: []MoveStatus{}}
+		ds := DrainStatus{Node: id, Left: true, Moves: []MoveStatus{}}
 		for _, m := range res {
 			ds.Moves = append(ds.Moves, moveStatus(m))
 		}
@@ -237,6 +236,28 @@ func (c *Coordinator) ServeControl(addr string) (string, error) {
 		_ = srv.Close()
 	}()
 	return l.Addr().String(), nil
+}
+
+// parseMove reads the query of POST /move.
+func parseMove(query string) (begin, end uint64, to int32, err error) {
+	q, _ := url.ParseQuery(query) // what parses is used: a missing field is reported below
+	begin, err1 := strconv.ParseUint(q.Get("begin"), 10, 64)
+	end, err2 := strconv.ParseUint(q.Get("end"), 10, 64)
+	id, err3 := strconv.ParseInt(q.Get("to"), 10, 32)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, 0, errors.New("move needs begin, end (keys) and to (a server node id), as decimal integers")
+	}
+	return begin, end, int32(id), nil
+}
+
+// parseDrain reads the query of POST /drain.
+func parseDrain(query string) (int32, error) {
+	q, _ := url.ParseQuery(query)
+	id, err := strconv.ParseInt(q.Get("node"), 10, 32)
+	if err != nil {
+		return 0, errors.New("drain needs node (a server node id, e.g. 10)")
+	}
+	return int32(id), nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

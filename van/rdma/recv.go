@@ -70,9 +70,12 @@ func (t *Transport) Recv() (*message.Message, error) {
 
 // decode copies the image in s out into a Message. Caller holds memMu.
 func (t *Transport) decode(s *slot) (*message.Message, error) {
-	h := s.hdr
-	b := s.buf.bytes()[:h.total]
-	lim := t.cfg.Limits
+	return decodeImage(s.buf.bytes()[:s.hdr.total], s.hdr, t.cfg.Limits)
+}
+
+// decodeImage decodes image b (h.total bytes, header first) within lim,
+// copying its frames out.
+func decodeImage(b []byte, h header, lim van.Limits) (*message.Message, error) {
 	n := int(h.nframes)
 	if n > lim.MaxFrames {
 		return nil, fmt.Errorf("image announces %d data frames, limit is %d", n, lim.MaxFrames)
