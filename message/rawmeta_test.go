@@ -239,7 +239,7 @@ func TestRawMetaCodecAllocs(t *testing.T) {
 	buf := make([]byte, 0, 4096)
 	var err error
 	for name, f := range map[string]func(){
-		"DecodeRawMeta of a KV meta into a reused Meta": func() { err = message.DecodeRawMeta(frame, &m) },
+		"DecodeRawMeta of a KV meta into a reused Meta":   func() { err = message.DecodeRawMeta(frame, &m) },
 		"DecodeRawMeta of a heartbeat into a reused Meta": func() { err = message.DecodeRawMeta(hbFrame, &h) },
 		"AppendRaw of a KV meta into a reused buffer":     func() { buf, err = kv.AppendRaw(buf[:0]) },
 		"Wire.Decode (bytedance) of a KV meta":            func() { err = message.WireBytedance.Decode(frame, &m) },
