@@ -67,6 +67,7 @@ func (p *Postoffice) receiveLoop() {
 		if err != nil {
 			var fe *van.FrameError
 			if errors.As(err, &fe) {
+				p.noteFrameError(err)
 				p.stats.Malformed.Add(1)
 				p.log.Error("dropped a malformed message; the node keeps serving", "err", err, "malformed_total", p.stats.Malformed.Load())
 				continue

@@ -84,6 +84,7 @@ type Postoffice struct {
 	sched schedLink // a lost scheduler, a rebuilt one (heartbeat.go)
 
 	waitReport waitReport // when to report a long wait for the job (wait.go)
+	startFail  startFailure // a peer speaks another wire (wire.go)
 }
 
 // Stats are monotonically increasing counters.
@@ -127,7 +128,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		ranges:      routing.KeyRanges(cfg.NumServers),
 		waitReport:  waitReport{waitReportFirst, waitReportMax},
 	}
-	p.tr = countingTransport{Transport: tr, stats: &p.stats}
+	p.tr = countingTransport{Transport: tr, stats: &p.stats, wire: cfg.Wire}
 	p.reg = metrics.NewNodeRegistry(cfg.Role.String())
 	st := &p.stats
 	if err := metrics.NodeMetrics(p.reg, cfg.Role.String(), metrics.StatsFuncs{

@@ -118,7 +118,10 @@ func tryStart(t testing.TB, opts Options) (*Job, error) {
 	if kind == "" {
 		kind = anyvan.TestKind()
 	}
+	wire, werr := anyvan.TestWire()
+	require.NoError(t, werr)
 	j := &Job{t: t, opts: opts, base: postoffice.Config{
+		Wire:          wire,
 		NumWorkers:    opts.Workers * per,
 		NumServers:    opts.Servers,
 		SchedulerHost: "127.0.0.1",

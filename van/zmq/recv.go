@@ -135,7 +135,7 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 	im := recvmsg.Get()
 	msg := im.Message()
 	var bad error
-	if err := message.DecodeMeta(metaBuf, &msg.Meta); err != nil {
+	if err := t.cfg.Wire.Decode(metaBuf, &msg.Meta); err != nil {
 		bad = fmt.Errorf("bad meta frame (%d bytes): %w", len(metaBuf), err)
 	} else if k := len(msg.Meta.DataType); k > lim.MaxFrames {
 		bad = fmt.Errorf("meta announces %d data frames, limit is %d", k, lim.MaxFrames)
