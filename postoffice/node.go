@@ -83,7 +83,7 @@ type Postoffice struct {
 	gone  goneTable // nodes the job lost (gone.go)
 	sched schedLink // a lost scheduler, a rebuilt one (heartbeat.go)
 
-	waitReport waitReport // when to report a long wait for the job (wait.go)
+	waitReport waitReport   // when to report a long wait for the job (wait.go)
 	startFail  startFailure // a peer speaks another wire (wire.go)
 }
 
