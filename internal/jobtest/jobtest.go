@@ -120,6 +120,9 @@ func tryStart(t testing.TB, opts Options) (*Job, error) {
 	}
 	wire, werr := anyvan.TestWire()
 	require.NoError(t, werr)
+	if kind != "zmq" {
+		wire = message.WireDmlc // the other vans speak only dmlc's
+	}
 	j := &Job{t: t, opts: opts, base: postoffice.Config{
 		Wire:          wire,
 		NumWorkers:    opts.Workers * per,
