@@ -293,18 +293,24 @@ func (v dval) bool() (bool, error) {
 	return n == 1, nil
 }
 
-// parseDecoded turns a decoded column into the Meta DecodeMeta should return
-// for the frame, applying ps-lite's defaults for absent ('-') fields.
-func parseDecoded(s string) (message.Meta, error) {
+// parseTop parses a whole decoded column whose top-level fields must be
+// names, in that order.
+func parseTop(s string, names ...string) (func(string) dval, error) {
 	p := &dparser{s: s}
 	top, err := p.pairs(0)
 	if err != nil {
-		return message.Meta{}, err
+		return nil, err
 	}
 	if p.i != len(s) {
-		return message.Meta{}, p.errorf("trailing text")
+		return nil, p.errorf("trailing text")
 	}
-	get, err := fields(top, "head", "body", "control", "request", "push", "pull", "simple_app",
+	return fields(top, names...)
+}
+
+// parseDecoded turns a decoded column into the Meta DecodeMeta should return
+// for the frame, applying ps-lite's defaults for absent ('-') fields.
+func parseDecoded(s string) (message.Meta, error) {
+	get, err := parseTop(s, "head", "body", "control", "request", "push", "pull", "simple_app",
 		"app_id", "timestamp", "data_type", "customer_id", "data_size", "priority")
 	if err != nil {
 		return message.Meta{}, err

@@ -158,15 +158,7 @@ func TestBytedanceGolden(t *testing.T) {
 // is not a push), and the node fields we do not carry are checked to hold
 // what the encoder writes (one port, aux_id -1) instead.
 func parseRawDecoded(s string) (message.Meta, error) {
-	p := &dparser{s: s}
-	top, err := p.pairs(0)
-	if err != nil {
-		return message.Meta{}, err
-	}
-	if p.i != len(s) {
-		return message.Meta{}, p.errorf("trailing text")
-	}
-	get, err := fields(top, "head", "body_size", "control", "request", "app_id", "timestamp", "data_type_size",
+	get, err := parseTop(s, "head", "body_size", "control", "request", "app_id", "timestamp", "data_type_size",
 		"src_dev_type", "src_dev_id", "dst_dev_type", "dst_dev_id", "customer_id", "push", "simple_app", "data_size",
 		"key", "addr", "val_len", "option", "sid", "body", "data_type", "nodes")
 	if err != nil {
