@@ -293,18 +293,24 @@ func (v dval) bool() (bool, error) {
 	return n == 1, nil
 }
 
-// parseDecoded turns a decoded column into the Meta DecodeMeta should return
-// for the frame, applying ps-lite's defaults for absent ('-') fields.
-func parseDecoded(s string) (message.Meta, error) {
+// parseTop parses a whole decoded column whose top-level fields must be
+// names, in that order.
+func parseTop(s string, names ...string) (func(string) dval, error) {
 	p := &dparser{s: s}
 	top, err := p.pairs(0)
 	if err != nil {
-		return message.Meta{}, err
+		return nil, err
 	}
 	if p.i != len(s) {
-		return message.Meta{}, p.errorf("trailing text")
+		return nil, p.errorf("trailing text")
 	}
-	get, err := fields(top, "head", "body", "control", "request", "push", "pull", "simple_app",
+	return fields(top, names...)
+}
+
+// parseDecoded turns a decoded column into the Meta DecodeMeta should return
+// for the frame, applying ps-lite's defaults for absent ('-') fields.
+func parseDecoded(s string) (message.Meta, error) {
+	get, err := parseTop(s, "head", "body", "control", "request", "push", "pull", "simple_app",
 		"app_id", "timestamp", "data_type", "customer_id", "data_size", "priority")
 	if err != nil {
 		return message.Meta{}, err
@@ -454,13 +460,13 @@ func metaEqual(a, b *message.Meta) bool {
 		bytes.Equal(a.Body, b.Body) && slices.Equal(a.DataType, b.DataType) &&
 		a.Control.Cmd == b.Control.Cmd && slices.Equal(a.Control.Nodes, b.Control.Nodes) &&
 		a.Control.BarrierGroup == b.Control.BarrierGroup && a.Control.MsgSig == b.Control.MsgSig &&
-		a.DataSize == b.DataSize && a.Priority == b.Priority && a.Ext == b.Ext
+		a.DataSize == b.DataSize && a.Priority == b.Priority && a.Ext == b.Ext && a.Raw == b.Raw
 }
 
 // dump prints every field, unlike Meta.String which is a summary.
 func dump(m *message.Meta) string {
-	return fmt.Sprintf("{Head:%d AppID:%d CustomerID:%d Timestamp:%d Sender:%d Recver:%d Request:%v Push:%v Pull:%v SimpleApp:%v Body:%q DataType:%v Control:{Cmd:%v Nodes:%+v BarrierGroup:%d MsgSig:%d} DataSize:%d Priority:%d Ext:%+v}",
+	return fmt.Sprintf("{Head:%d AppID:%d CustomerID:%d Timestamp:%d Sender:%d Recver:%d Request:%v Push:%v Pull:%v SimpleApp:%v Body:%q DataType:%v Control:{Cmd:%v Nodes:%+v BarrierGroup:%d MsgSig:%d} DataSize:%d Priority:%d Ext:%+v Raw:%+v}",
 		m.Head, m.AppID, m.CustomerID, m.Timestamp, m.Sender, m.Recver, m.Request, m.Push, m.Pull, m.SimpleApp,
 		m.Body, m.DataType, m.Control.Cmd, m.Control.Nodes, m.Control.BarrierGroup, m.Control.MsgSig,
-		m.DataSize, m.Priority, m.Ext)
+		m.DataSize, m.Priority, m.Ext, m.Raw)
 }

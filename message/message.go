@@ -79,6 +79,9 @@ const (
 	CmdBarrier   Command = 3
 	CmdAck       Command = 4
 	CmdHeartbeat Command = 5
+	// CmdInstanceBarrier is the BytePS fork's barrier over every instance
+	// (its Start and Finalize use it); it exists on the bytedance wire only.
+	CmdInstanceBarrier Command = 9
 )
 
 var commandNames = [...]string{"EMPTY", "TERMINATE", "ADD_NODE", "BARRIER", "ACK", "HEARTBEAT"}
@@ -86,6 +89,9 @@ var commandNames = [...]string{"EMPTY", "TERMINATE", "ADD_NODE", "BARRIER", "ACK
 func (c Command) String() string {
 	if c >= 0 && int(c) < len(commandNames) {
 		return commandNames[c]
+	}
+	if c == CmdInstanceBarrier {
+		return "INSTANCE_BARRIER"
 	}
 	return fmt.Sprintf("CMD(%d)", int32(c))
 }
@@ -194,6 +200,11 @@ type Meta struct {
 	// Extensions (protobuf field numbers >= 14; written only when non-zero so
 	// that C++ ps-lite, which skips unknown fields, is unaffected).
 	Ext Ext
+
+	// Raw holds the BytePS fork's RawMeta fields that dmlc's Meta lacks. Only
+	// the bytedance wire carries them (see rawmeta.go); the dmlc wire
+	// ignores them.
+	Raw RawFields
 }
 
 // Ext holds elasticps's wire extensions.

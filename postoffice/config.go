@@ -46,6 +46,12 @@ type Config struct {
 	// elasticps), "shm" (shared memory; every node elasticps and on one
 	// host), "ibverbs" or "fabric" (also DMLC_ENABLE_RDMA; see van/rdma).
 	VanType string
+	// Wire is the meta encoding (PS_WIRE): message.WireDmlc (unset or
+	// "dmlc": dmlc ps-lite's protobuf, as MXNet speaks it) or
+	// message.WireBytedance ("bytedance": the BytePS fork's raw struct, so
+	// that the fork's C++ nodes can join). Every node of a job must use the
+	// same; only the zmq van offers the bytedance wire.
+	Wire message.Wire
 	// Local uses ipc:// endpoints instead of tcp (DMLC_LOCAL).
 	Local bool
 	// BindAll makes the scheduler bind 0.0.0.0 (DMLC_USE_KUBERNETES).
@@ -279,6 +285,13 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	case "zmq", "tcp", "shm", "ibverbs", "fabric":
 	default:
 		return c, &EnvError{Var: "DMLC_PS_VAN_TYPE", Value: c.VanType, Want: `"zmq", "tcp" (all nodes elasticps), "shm" (all nodes elasticps, on one host), "ibverbs" or "fabric"`}
+	}
+	if c.Wire, err = message.ParseWire(get(message.WireEnv)); err != nil {
+		return c, &EnvError{Var: message.WireEnv, Value: get(message.WireEnv), Want: "dmlc (dmlc ps-lite, MXNet; the default) or bytedance (the BytePS fork)"}
+	}
+	if c.Wire != message.WireDmlc && c.VanType != "zmq" {
+		return c, &EnvError{Var: message.WireEnv, Value: get(message.WireEnv),
+			Want: "dmlc with DMLC_PS_VAN_TYPE=" + c.VanType + " (the bytedance wire needs DMLC_PS_VAN_TYPE=zmq)"}
 	}
 	local, err := optionalInt(get, "DMLC_LOCAL", 0, 0, "0 or 1")
 	if err != nil {

@@ -71,6 +71,7 @@ func (p *Postoffice) receiveLoop() {
 		if err != nil {
 			var fe *van.FrameError
 			if errors.As(err, &fe) {
+				p.noteFrameError(err)
 				p.frameRefused(fe)
 				continue
 			}

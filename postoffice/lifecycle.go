@@ -26,6 +26,8 @@ func (p *Postoffice) Start(customerID int) error {
 	case <-p.ready:
 	case <-p.stopped:
 		return ErrStopped
+	case <-p.startFail.done():
+		return p.startFail.error()
 	}
 	p.startHeartbeat()
 	if p.cfg.Role == message.RoleServer {

@@ -91,7 +91,8 @@ type Postoffice struct {
 	gone  goneTable // nodes the job lost (gone.go)
 	sched schedLink // a lost scheduler, a rebuilt one (heartbeat.go)
 
-	waitReport waitReport // when to report a long wait for the job (wait.go)
+	waitReport waitReport   // when to report a long wait for the job (wait.go)
+	startFail  startFailure // a peer speaks another wire (wire.go)
 }
 
 // Stats are monotonically increasing counters.
@@ -136,7 +137,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		ranges:      routing.KeyRanges(cfg.NumServers),
 		waitReport:  waitReport{waitReportFirst, waitReportMax},
 	}
-	p.tr = countingTransport{Transport: tr, stats: &p.stats}
+	p.tr = countingTransport{Transport: tr, stats: &p.stats, wire: cfg.Wire}
 	p.ratelog = ratelog.New(p.log, LogInterval)
 	p.reg = metrics.NewNodeRegistry(cfg.Role.String())
 	st := &p.stats

@@ -18,7 +18,7 @@ func NewTransport(cfg Config) (van.Transport, error) {
 		host = cfg.SchedulerHost
 	}
 	return anyvan.Open(cfg.VanType, van.Options{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
-		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Logger: cfg.logger()})
+		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Logger: cfg.logger()})
 }
 
 // Open creates a node with the transport cfg selects.
@@ -44,6 +44,7 @@ func Open(cfg Config) (*Postoffice, error) {
 type countingTransport struct {
 	van.Transport
 	stats *Stats
+	wire  message.Wire
 }
 
 // Send implements van.Transport; the transports return meta + payload
@@ -63,7 +64,7 @@ func (c countingTransport) Recv() (*message.Message, error) {
 	m, err := c.Transport.Recv()
 	if err == nil {
 		c.stats.MsgsRecv.Add(1)
-		c.stats.BytesRecv.Add(int64(m.Meta.EncodedLen() + messageBytes(m)))
+		c.stats.BytesRecv.Add(int64(c.wire.EncodedLen(&m.Meta) + messageBytes(m)))
 	}
 	return m, err
 }

@@ -23,7 +23,7 @@ type waitReport struct{ first, max time.Duration }
 
 // mismatchHint lists the usual causes of a wait that never ends, for the
 // reports of both sides.
-const mismatchHint = "every node must use the same DMLC_PS_VAN_TYPE"
+const mismatchHint = "every node must use the same DMLC_PS_VAN_TYPE and PS_WIRE"
 
 // announceUp logs, on the scheduler and on servers, that the node listens
 // at me. Workers are the user's programs: they stay quiet.

@@ -155,6 +155,13 @@ type Options struct {
 	// Limits bounds what Recv accepts; zero fields take DefaultLimits.
 	Limits Limits
 
+	// Wire is the meta encoding (PS_WIRE): dmlc ps-lite's protobuf (the
+	// zero value) or the BytePS fork's raw struct. All nodes of a job must
+	// agree on it; a frame of the other wire is rejected with a
+	// *message.WireMismatchError. Only van/zmq, the van that speaks C++
+	// ps-lite's wire, offers the bytedance wire; the others refuse it.
+	Wire message.Wire
+
 	// Logger receives the transport's debug logs (binds, connects, dropped
 	// connections). Default slog.Default().
 	Logger *slog.Logger

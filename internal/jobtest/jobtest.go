@@ -118,7 +118,13 @@ func tryStart(t testing.TB, opts Options) (*Job, error) {
 	if kind == "" {
 		kind = anyvan.TestKind()
 	}
+	wire, werr := anyvan.TestWire()
+	require.NoError(t, werr)
+	if kind != "zmq" {
+		wire = message.WireDmlc // the other vans speak only dmlc's
+	}
 	j := &Job{t: t, opts: opts, base: postoffice.Config{
+		Wire:          wire,
 		NumWorkers:    opts.Workers * per,
 		NumServers:    opts.Servers,
 		SchedulerHost: "127.0.0.1",

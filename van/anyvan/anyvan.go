@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/memvan"
 	"github.com/elasticps/elasticps/van/rdma"
@@ -39,8 +40,13 @@ const Kinds = "zmq, tcp, shm, ibverbs, fabric or mem"
 //     Open returns in this process, so that a job run inside one process
 //     (tests) can use it.
 //
-// Every van gets opts (see van.Options for which van reads what).
+// Every van gets opts (see van.Options for which van reads what); only
+// zmq accepts a Wire other than dmlc.
 func Open(kind string, opts van.Options) (van.Transport, error) {
+	if opts.Wire != message.WireDmlc && kind != "" && kind != "zmq" {
+		return nil, fmt.Errorf("anyvan: %s=%s needs the zmq van (DMLC_PS_VAN_TYPE=zmq), the one that speaks C++ ps-lite's wire; the %s van speaks only the dmlc wire",
+			message.WireEnv, opts.Wire, kind)
+	}
 	switch kind {
 	case "", "zmq":
 		return ok(zmq.New(zmq.Config{Options: opts}))
@@ -93,10 +99,29 @@ func TestKind() string {
 	return "zmq"
 }
 
+// TestWireEnvVar selects the meta wire of the whole-job test suites, as
+// PS_WIRE does for a node (zmq van only):
+//
+//	ELASTICPS_TEST_WIRE=bytedance go test ./kv/ ./postoffice/
+const TestWireEnvVar = "ELASTICPS_TEST_WIRE"
+
+// TestWire returns the wire TestWireEnvVar selects: dmlc when unset.
+func TestWire() (message.Wire, error) {
+	w, err := message.ParseWire(os.Getenv(TestWireEnvVar))
+	if err != nil {
+		return w, fmt.Errorf("%s: %w", TestWireEnvVar, err)
+	}
+	return w, nil
+}
+
 // FromTestEnv opens the transport TestEnvVar selects for a test node on
-// 127.0.0.1, logging to logger.
+// 127.0.0.1, with the wire TestWireEnvVar selects, logging to logger.
 func FromTestEnv(logger *slog.Logger) (van.Transport, error) {
-	tr, err := Open(TestKind(), van.Options{Host: "127.0.0.1", Logger: logger})
+	wire, err := TestWire()
+	if err != nil {
+		return nil, err
+	}
+	tr, err := Open(TestKind(), van.Options{Host: "127.0.0.1", Wire: wire, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("%s=%q: %w", TestEnvVar, TestKind(), err)
 	}

@@ -14,8 +14,9 @@
 // Meta.Sender.
 //
 // Framing: a message is one ZeroMQ multipart message whose frame 0 is the
-// protobuf-encoded Meta (message.EncodeMeta) and whose frames 1..n are the
-// raw data frames. Empty frames are legal and preserved (a pull request
+// encoded Meta and whose frames 1..n are the raw data frames. The meta
+// encoding is Options.Wire: dmlc's protobuf (message.EncodeMeta, the
+// default) or the BytePS fork's raw struct (message.EncodeRawMeta). Empty frames are legal and preserved (a pull request
 // carries an empty vals frame).
 //
 // Data path: Send hands frames of at least Config.ZeroCopySendMin bytes to

@@ -138,7 +138,7 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 	msg := im.Message()
 	var bad error
 	reason := van.ReasonMalformed
-	if err := message.DecodeMeta(metaBuf, &msg.Meta); err != nil {
+	if err := t.cfg.Wire.Decode(metaBuf, &msg.Meta); err != nil {
 		bad = fmt.Errorf("bad meta frame (%d bytes): %w", len(metaBuf), err)
 	} else if k := len(msg.Meta.DataType); k > lim.MaxFrames {
 		bad, reason = fmt.Errorf("meta announces %d data frames, limit is %d (PS_MAX_FRAMES)", k, lim.MaxFrames), van.ReasonFrames

@@ -145,7 +145,8 @@ func (t *Transport) Send(msg *message.Message) (int, error) {
 func (t *Transport) sendLocked(p *peer, id int32, msg *message.Message) (int, error) {
 	o := &p.out
 	zc := t.cfg.ZeroCopySendMin
-	metaLen := msg.Meta.EncodedLen()
+	wire := t.cfg.Wire
+	metaLen := wire.EncodedLen(&msg.Meta)
 	need := metaLen
 	for _, d := range msg.Data {
 		if zc <= 0 || len(d) < zc {
@@ -157,7 +158,10 @@ func (t *Transport) sendLocked(p *peer, id int32, msg *message.Message) (int, er
 	defer o.trim()
 
 	scratch := unsafe.Slice((*byte)(o.scratch), o.nscratch)
-	meta := msg.Meta.MarshalTo(scratch[:0])
+	meta, err := wire.Append(scratch[:0], &msg.Meta)
+	if err != nil {
+		return 0, fmt.Errorf("van/zmq: send to node %d: %w", id, err)
+	}
 	if len(meta) != metaLen || unsafe.SliceData(meta) != unsafe.SliceData(scratch) {
 		// EncodedLen and MarshalTo disagree: a codec bug, but the message
 		// can still go out correctly.
@@ -206,7 +210,7 @@ func (t *Transport) sendLocked(p *peer, id int32, msg *message.Message) (int, er
 		}
 		releases.mu.Unlock()
 	}
-	err := errno(res.err)
+	err = errno(res.err)
 	if res.failed_at == 0 {
 		// Nothing was queued: the socket is still usable.
 		return 0, t.sendErr(id, p, err)
