@@ -171,6 +171,7 @@ func nodeSeries(role message.Role) map[string]int {
 		metrics.MetricMalformedMessages: 1, metrics.MetricDroppedMessages: 1,
 		metrics.MetricRejectedRequests: 1, metrics.MetricReceiveHandOvers: 1,
 		metrics.MetricReleasedTwice: 1,
+		metrics.MetricLimitRefusals: postoffice.RefusalReasons, // one series per limit
 	}
 	switch role {
 	case message.RoleServer:

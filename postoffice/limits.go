@@ -43,6 +43,10 @@ const ReasonNodes = "max_nodes"
 var refusalReasons = [...]string{van.ReasonMalformed, van.ReasonHello, van.ReasonMeta, van.ReasonFrames,
 	van.ReasonSize, van.ReasonPending, van.ReasonRegister, ReasonNodes}
 
+// RefusalReasons is the number of limits elasticps_limit_refusals_total
+// has a series for on every node.
+const RefusalReasons = len(refusalReasons)
+
 type refusals [len(refusalReasons)]atomic.Int64
 
 func (r *refusals) add(reason string) {
