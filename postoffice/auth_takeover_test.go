@@ -34,14 +34,8 @@ func pushFrames(ts int32) [][]byte {
 
 func sendFrames(t *testing.T, s *zmq4.Socket, frames [][]byte) {
 	t.Helper()
-	for i, f := range frames {
-		flag := zmq4.SNDMORE
-		if i == len(frames)-1 {
-			flag = 0
-		}
-		_, err := s.SendBytes(f, flag)
-		require.NoError(t, err)
-	}
+	_, err := s.SendMessage(frames)
+	require.NoError(t, err)
 }
 
 func alive(t *testing.T, j *jobtest.Job) {
