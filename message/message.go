@@ -230,6 +230,12 @@ func NewMeta() Meta {
 type Message struct {
 	Meta Meta
 	Data [][]byte
+
+	// UnverifiedSender is set by a transport given the job's token
+	// (van.Options.AuthKey) when the connection the message came on
+	// announced Meta.Sender without the tag only a token holder can make:
+	// the id is then just the peer's claim. Never on the wire.
+	UnverifiedSender bool
 }
 
 // AddData appends one data frame with its type tag, as ps::Message::AddData.

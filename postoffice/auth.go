@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -48,7 +49,6 @@ const (
 	// ADD_NODEs for its address (resends included).
 	authRegisterWindow = 30 * time.Second
 	authMaxRegistered  = 4096
-	authMaxLogged      = 4096
 )
 
 // Reasons of elasticps_auth_refused_total.
@@ -61,7 +61,12 @@ const (
 	refuseNotSched  = "not_scheduler"
 	refuseWrongNode = "wrong_node" // a HEARTBEAT naming another node
 	refuseHandshake = "handshake"  // auth message not for this node
+	// refuseIdentity: the connection announced the sender's id without
+	// the tag only a token holder can make (van/internal/peerauth)
+	refuseIdentity = "identity"
 )
+
+const unverifiedDetail = "the connection announced this id without the job's tag (PS_AUTH_TOKEN): not the node it names"
 
 // MetricAuthRefused counts messages refused for authentication or
 // authority, by reason.
@@ -93,7 +98,6 @@ type authGate struct {
 	registered map[string]regEntry     // address -> registration proof
 	regSent    map[string]message.Node // nonces of this node's AUTH_REGISTERs
 	usedNonces map[string]struct{}     // registration nonces seen
-	logged     map[string]struct{}     // peer|reason already logged
 }
 
 func newAuthGate(key []byte, role string, lease time.Duration) *authGate {
@@ -104,7 +108,7 @@ func newAuthGate(key []byte, role string, lease time.Duration) *authGate {
 			ConstLabels: prometheus.Labels{"role": role},
 		}, []string{"reason"}),
 		proven: map[int32]time.Time{}, pending: map[int32]*authPeer{},
-		registered: map[string]regEntry{}, regSent: map[string]message.Node{}, usedNonces: map[string]struct{}{}, logged: map[string]struct{}{},
+		registered: map[string]regEntry{}, regSent: map[string]message.Node{}, usedNonces: map[string]struct{}{},
 	}
 }
 
@@ -134,25 +138,15 @@ func newNonce() []byte {
 	return b
 }
 
-// refuse counts a refused message and logs it the first time for this
-// peer and reason.
+// refuse counts a refused message and logs it, once per peer and reason
+// per LogInterval (the node's rate-limited logger): a stranger's flood
+// costs a few lines, not one per message.
 func (p *Postoffice) refuse(m *message.Message, reason string, detail string) {
-	g := p.auth
-	g.refused.WithLabelValues(reason).Inc()
+	p.auth.refused.WithLabelValues(reason).Inc()
 	p.stats.Rejected.Add(1)
 	peer := m.Meta.Sender
-	k := fmt.Sprintf("%d|%s", peer, reason)
-	g.mu.Lock()
-	_, seen := g.logged[k]
-	if !seen && len(g.logged) < authMaxLogged {
-		g.logged[k] = struct{}{}
-	}
-	g.mu.Unlock()
-	if seen {
-		return
-	}
-	p.log.Warn("refused a message (logged once per peer and reason; counted in "+MetricAuthRefused+")",
-		"peer", peerName(peer), "addr", p.addrOfID(peer), "reason", reason, "cmd", m.Meta.Control.Cmd.String(), "detail", detail)
+	p.ratelog.Log(slog.LevelWarn, peerName(peer), reason, "refused a message (counted in "+MetricAuthRefused+")",
+		"addr", p.addrOfID(peer), "cmd", m.Meta.Control.Cmd.String(), "detail", detail)
 }
 
 func peerName(id int32) string {
@@ -210,6 +204,13 @@ func (p *Postoffice) admit(m *message.Message) bool {
 		return p.authorized(m)
 	}
 	switch m.Meta.Control.Cmd {
+	case CmdAuthChallenge, CmdAuthProof, CmdAuthRegister, message.CmdAddNode:
+		if m.UnverifiedSender {
+			p.refuseRelease(m, refuseIdentity, unverifiedDetail)
+			return false
+		}
+	}
+	switch m.Meta.Control.Cmd {
 	case CmdAuthChallenge:
 		p.answerChallenge(m)
 		return false
@@ -236,6 +237,12 @@ func (p *Postoffice) admit(m *message.Message) bool {
 	}
 	if m.Meta.Sender == message.Empty {
 		p.refuseRelease(m, refuseAnonymous, "only a registration may come from a node without an id")
+		return false
+	}
+	if m.UnverifiedSender {
+		// a stranger using a live node's id: refused before its proof
+		// could vouch for it
+		p.refuseRelease(m, refuseIdentity, unverifiedDetail)
 		return false
 	}
 	return p.provenPeer(m)

@@ -82,6 +82,15 @@ func refusalLines(logs *testutil.SyncBuffer, peer, reason string) int {
 // worker and checks the exact sums they pull.
 func pushPullSums(t *testing.T, j *jobtest.Job) {
 	t.Helper()
+	pushRounds(t, kvNodes(t, j), 3, 0)
+}
+
+var sumKeys, sumVals = []uint64{1, 1 << 40, 1<<63 + 5}, []float32{1, 2, 3}
+
+// kvNodes makes every server of j a KV server with the default handler
+// and returns a KV worker on every worker.
+func kvNodes(t *testing.T, j *jobtest.Job) []*kv.Worker {
+	t.Helper()
 	for _, po := range j.Servers {
 		srv, err := kv.NewServer(po, 0)
 		require.NoError(t, err)
@@ -89,8 +98,6 @@ func pushPullSums(t *testing.T, j *jobtest.Job) {
 		h := kv.NewDefaultHandler()
 		srv.SetRequestHandler(h.Handle)
 	}
-	keys := []uint64{1, 1 << 40, 1<<63 + 5}
-	vals := []float32{1, 2, 3}
 	ws := make([]*kv.Worker, len(j.Workers))
 	for i, po := range j.Workers {
 		var err error
@@ -98,7 +105,14 @@ func pushPullSums(t *testing.T, j *jobtest.Job) {
 		require.NoError(t, err)
 		t.Cleanup(ws[i].Close)
 	}
-	const rounds = 3
+	return ws
+}
+
+// pushRounds pushes sumVals rounds times from every worker of ws, after
+// done such rounds, and checks the exact sums every worker pulls.
+func pushRounds(t *testing.T, ws []*kv.Worker, rounds, done int) {
+	t.Helper()
+	keys, vals := sumKeys, sumVals
 	for range rounds {
 		for _, w := range ws {
 			ts, err := kv.Push(w, keys, vals, nil, kv.Options{})
@@ -106,7 +120,7 @@ func pushPullSums(t *testing.T, j *jobtest.Job) {
 			require.NoError(t, w.Wait(ts))
 		}
 	}
-	n := float32(rounds * len(ws))
+	n := float32((done + rounds) * len(ws))
 	for _, w := range ws {
 		var got []float32
 		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})

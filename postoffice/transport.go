@@ -17,8 +17,12 @@ func NewTransport(cfg Config) (van.Transport, error) {
 	if cfg.Role == message.RoleScheduler {
 		host = cfg.SchedulerHost
 	}
+	var key []byte // the vans bind announced ids to it (auth.go)
+	if cfg.AuthToken != "" {
+		key = []byte(cfg.AuthToken)
+	}
 	return anyvan.Open(cfg.VanType, van.Options{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
-		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Logger: cfg.logger()})
+		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Logger: cfg.logger(), AuthKey: key})
 }
 
 // Open creates a node with the transport cfg selects.

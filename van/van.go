@@ -165,6 +165,12 @@ type Options struct {
 	// Logger receives the transport's debug logs (binds, connects, dropped
 	// connections). Default slog.Default().
 	Logger *slog.Logger
+
+	// AuthKey is the job's token (PS_AUTH_TOKEN), nil in an open job.
+	// van/zmq and van/tcp then bind the id a connection announces to it
+	// (van/internal/peerauth), so that a peer without the token cannot
+	// speak under a node's id; see docs/security.md.
+	AuthKey []byte
 }
 
 // WithDefaults returns o with Limits and Logger filled in, or an error

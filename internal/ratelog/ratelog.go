@@ -55,11 +55,11 @@ func New(log *slog.Logger, interval time.Duration) *Limiter {
 	return &Limiter{log: log, interval: interval, now: time.Now, m: map[key]*entry{}}
 }
 
-// Log logs msg at level with args, plus "peer", "reason" and, if events of
-// the pair were suppressed since its last line, "suppressed" (their count)
-// and "interval", unless a line for (peer, reason) was logged less than an
-// interval ago, in which case the event is only counted. It reports
-// whether it logged.
+// Log logs msg at level with "peer", "reason" and, if events of the pair
+// were suppressed since its last line, "suppressed" (their count) and
+// "interval", followed by args, unless a line for (peer, reason) was
+// logged less than an interval ago, in which case the event is only
+// counted. It reports whether it logged.
 func (l *Limiter) Log(level slog.Level, peer, reason, msg string, args ...any) bool {
 	if !l.log.Enabled(context.Background(), level) {
 		return false
@@ -75,11 +75,12 @@ func (l *Limiter) Log(level slog.Level, peer, reason, msg string, args ...any) b
 	n := e.suppressed
 	e.last, e.suppressed = now, 0
 	l.mu.Unlock()
-	args = append(args, "peer", peer, "reason", reason)
+	// the pair and its count first: the fields a reader scans for
+	head := []any{"peer", peer, "reason", reason}
 	if n > 0 {
-		args = append(args, "suppressed", n, "interval", l.interval)
+		head = append(head, "suppressed", n, "interval", l.interval)
 	}
-	l.log.Log(context.Background(), level, msg, args...)
+	l.log.Log(context.Background(), level, msg, append(head, args...)...)
 	return true
 }
 

@@ -24,7 +24,7 @@ var factory = vantest.Factory{
 		c, err := net.Dial("tcp", net.JoinHostPort(to.Hostname, strconv.Itoa(int(to.Port))))
 		require.NoError(t, err)
 		t.Cleanup(func() { assert.NoError(t, c.Close()) })
-		require.NoError(t, writeHello(c, id))
+		require.NoError(t, writeHello(c, id, nil))
 		return func(frames ...[]byte) {
 			_, err := c.Write(rawMessage(frames...))
 			require.NoError(t, err)

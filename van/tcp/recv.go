@@ -118,7 +118,7 @@ func (t *Transport) readLoop(c net.Conn) {
 	if host == "" {
 		host = c.RemoteAddr().String()
 	}
-	sender, err := readHello(c, t.cfg.HandshakeTimeout)
+	sender, tag, err := readHello(c, t.cfg.HandshakeTimeout)
 	if err != nil {
 		if errors.Is(err, errZMTP) {
 			// Once per host: a ZeroMQ dialer reconnects from a new port
@@ -134,6 +134,7 @@ func (t *Transport) readLoop(c net.Conn) {
 		return
 	}
 	peer := identity(sender)
+	unverified := t.unverified(sender, tag)
 	if sender == message.Empty {
 		// Half-open until it registers: an anonymous dialer sends its
 		// ADD_NODE and then reconnects under its id.
@@ -173,6 +174,7 @@ func (t *Transport) readLoop(c net.Conn) {
 		}
 		pending.Add(size)
 		msg.Meta.Sender = sender
+		msg.UnverifiedSender = unverified
 		msg.Meta.Recver = t.myID.Load()
 		if !t.deliver(inItem{msg: msg, pending: &pending, size: size}) {
 			return

@@ -96,10 +96,11 @@ func FuzzConnStream(f *testing.F) {
 		}
 		chunk := int(b[0]) + 1
 		c := &streamConn{r: bytes.NewReader(b[1:]), chunk: chunk}
-		if _, err := readHello(c, time.Second); err != nil {
+		_, tag, err := readHello(c, time.Second)
+		if err != nil {
 			return
 		}
-		rest := b[1+helloLen:]
+		rest := b[1+helloLen+len(tag):]
 		msgs, _ := readAll(rest, chunk)
 		for _, m := range msgs {
 			again, frameErrs := readAll(wire(t, m), chunk)

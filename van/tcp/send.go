@@ -265,7 +265,7 @@ func (p *peer) dialLoop() {
 
 		c, err := d.DialContext(t.ctx, p.network, p.addr)
 		if err == nil {
-			err = writeHello(c, p.ident)
+			err = writeHello(c, p.ident, t.helloTag(p.ident))
 			if err != nil {
 				_ = c.Close()
 			}
@@ -379,15 +379,20 @@ func (p *peer) retire(linger time.Time) {
 	}()
 }
 
-func writeHello(c net.Conn, id int32) error {
-	var h [helloLen]byte
+// writeHello writes the hello for id, followed by tag if it is not nil
+// (identity.go).
+func writeHello(c net.Conn, id int32, tag []byte) error {
+	h := make([]byte, helloLen, helloLen+len(tag))
 	copy(h[:4], helloMagic[:])
 	h[4] = protoVersion
+	if tag != nil {
+		h[5] = helloTagged
+	}
 	binary.LittleEndian.PutUint32(h[8:], uint32(id))
 	if err := c.SetWriteDeadline(time.Now().Add(defaultHandshakeTimeout)); err != nil {
 		return err
 	}
-	if _, err := c.Write(h[:]); err != nil {
+	if _, err := c.Write(append(h, tag...)); err != nil {
 		return err
 	}
 	return c.SetWriteDeadline(time.Time{})
@@ -396,31 +401,39 @@ func writeHello(c net.Conn, id int32) error {
 // readHello reads and checks the hello on an accepted connection. It
 // reads the first zmtpSignatureLen bytes on their own, since a ZeroMQ
 // dialer sends just its signature and waits for ours: errZMTP says so at
-// once, rather than after the timeout.
-func readHello(c net.Conn, timeout time.Duration) (int32, error) {
+// once, rather than after the timeout. It returns the announced id and
+// the tag that followed the hello (nil if none).
+func readHello(c net.Conn, timeout time.Duration) (int32, []byte, error) {
 	var h [helloLen]byte
 	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if _, err := io.ReadFull(c, h[:zmtpSignatureLen]); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if isZMTPSignature(h[:zmtpSignatureLen]) {
-		return 0, errZMTP
+		return 0, nil, errZMTP
 	}
 	if _, err := io.ReadFull(c, h[zmtpSignatureLen:]); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if [4]byte(h[:4]) != helloMagic {
-		return 0, errBadHello
+		return 0, nil, errBadHello
 	}
 	if h[4] != protoVersion {
-		return 0, fmt.Errorf("%w: version %d, this node speaks %d", errBadHello, h[4], protoVersion)
+		return 0, nil, fmt.Errorf("%w: version %d, this node speaks %d", errBadHello, h[4], protoVersion)
+	}
+	var tag []byte
+	if h[5] == helloTagged {
+		var err error
+		if tag, err = readTag(c); err != nil {
+			return 0, nil, err
+		}
 	}
 	if err := c.SetReadDeadline(time.Time{}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return int32(binary.LittleEndian.Uint32(h[8:])), nil
+	return int32(binary.LittleEndian.Uint32(h[8:])), tag, nil
 }
 
 var (

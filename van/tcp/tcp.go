@@ -18,8 +18,10 @@
 //
 // A connection starts with a 12-byte hello from the dialer:
 //
-//	"EPSV" | version u8 (1) | 3 reserved bytes (0) | node id i32 LE
+//	"EPSV" | version u8 (1) | tagged u8 | 2 reserved bytes (0) | node id i32 LE
 //
+// then, if tagged is 1 (a job with a token), the 16-byte tag of the id
+// (identity.go).
 // The id is the dialer's own node id (message.Empty, 2147483647, before it
 // has one): the listener reports it as Meta.Sender of every message on the
 // connection, as the ZMQ van does with the "ps<id>" identity. Then come

@@ -10,7 +10,7 @@
 // received, and one DEALER socket per peer id (Connect) on which messages to
 // that peer are sent. A request and its response therefore travel on two
 // different TCP connections. The DEALER announces the identity "ps<id>" once
-// the node knows its id; the receiving ROUTER turns that identity back into
+// the node knows its id (with a token, "ps<id>:<tag>": identity.go); the receiving ROUTER turns that identity back into
 // Meta.Sender.
 //
 // Framing: a message is one ZeroMQ multipart message whose frame 0 is the

@@ -61,7 +61,7 @@ func (b *inBuf) free() { C.eps_in_free(b.c) }
 
 // Recv implements van.Transport. It blocks until a message arrives on the
 // ROUTER, then sets Meta.Sender from the peer identity ("ps<id>", otherwise
-// message.Empty) and Meta.Recver to this node's id as last given to
+// message.Empty; with a token see identity.go) and Meta.Recver to this node's id as last given to
 // Connect. Meta.DataSize is the total length of the data frames.
 //
 // Data frames of at least Config.ZeroCopyRecvMin bytes are views of
@@ -114,7 +114,7 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 	}
 	n := int(in.c.nframes)
 	ident := in.view(0)
-	sender := parseIdentity(ident)
+	sender, unverified := t.idents.sender(t.cfg.AuthKey, ident)
 	if n < 2 {
 		return nil, frameError(ident, sender, van.ReasonMalformed, errNoMeta)
 	}
@@ -155,6 +155,7 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 		keepViews(msg, &views)
 	}
 	msg.Meta.Sender = sender
+	msg.UnverifiedSender = unverified
 	msg.Meta.Recver = t.myID.Load()
 	// data_size is not on the wire (ps-lite's ZMQ van omits it); derive it
 	// as Message.AddData would have, saturating where int32 ends.
@@ -264,7 +265,7 @@ func (t *Transport) recvErr(err error) error {
 func frameError(ident []byte, sender int32, reason string, err error) *van.FrameError {
 	peer := "anonymous"
 	if sender != message.Empty {
-		peer = string(ident)
+		peer = string(idPart(ident))
 	}
 	return &van.FrameError{Peer: peer, Reason: reason, Err: err}
 }

@@ -73,6 +73,7 @@ type Transport struct {
 	recvMu sync.Mutex
 	router *zsocket    // guarded by recvMu; nil until Bind succeeds
 	in     *inBuf      // guarded by recvMu; the frames of the last message
+	idents identCache  // guarded by recvMu; identity.go
 	bound  atomic.Bool // router != nil; readable without recvMu
 
 	// ipcFile is the socket file Bind created in Local mode (nil
@@ -186,7 +187,8 @@ func (t *Transport) bindRetry(sock *zsocket, node message.Node, maxRetry int) (i
 	// sends again, which may be never. The price: messages the old
 	// connection still has in flight arrive under a random identity
 	// (Sender = Empty). Connect never creates such pairs itself: it keeps
-	// an identical DEALER instead of replacing it.
+	// an identical DEALER instead of replacing it. With a token only a
+	// node's own processes can present its identity (identity.go).
 	if err := sock.setInt(optRouterHandover, 1); err != nil {
 		return 0, fmt.Errorf("van/zmq: set ZMQ_ROUTER_HANDOVER: %w", err)
 	}
@@ -336,8 +338,8 @@ func (t *Transport) endpoint(node message.Node) (string, error) {
 	return tcpEndpoint(node.Hostname, strconv.Itoa(int(node.Port))), nil
 }
 
-// Connect implements van.Transport. The DEALER's identity is "ps<myID>", or
-// none when myID is message.Empty. The connection is established in the
+// Connect implements van.Transport. The DEALER's identity is "ps<myID>"
+// (with a token, Identity's), or none when myID is message.Empty. The connection is established in the
 // background (libzmq also reconnects by itself after a drop): Send queues
 // messages until it is up. Connecting to the node's own address is allowed
 // (ps-lite nodes send TERMINATE to themselves).
@@ -358,7 +360,7 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 	}
 	ident := ""
 	if myID != message.Empty {
-		ident = "ps" + strconv.Itoa(int(myID))
+		ident = Identity(t.cfg.AuthKey, myID)
 	}
 
 	t.mu.Lock()
@@ -397,7 +399,7 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 			}()
 		}
 	}
-	t.log.Debug("van/zmq: connected", "node", node.ID, "endpoint", endpoint, "identity", ident)
+	t.log.Debug("van/zmq: connected", "node", node.ID, "endpoint", endpoint, "identity", string(idPart([]byte(ident))))
 	return nil
 }
 
