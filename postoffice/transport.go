@@ -18,7 +18,7 @@ func NewTransport(cfg Config) (van.Transport, error) {
 		host = cfg.SchedulerHost
 	}
 	return anyvan.Open(cfg.VanType, van.Options{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
-		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Logger: cfg.logger()})
+		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Encryption: cfg.Encryption, Logger: cfg.logger()})
 }
 
 // Open creates a node with the transport cfg selects.
