@@ -115,7 +115,7 @@ func TestCurveRefusesStrangers(t *testing.T) {
 	other, err := loadCurveKeys(&van.Encryption{Secret: []byte("another job")})
 	require.NoError(t, err)
 	const strangerTS = 666
-	rawDealer(t, server.node.Port, workerID, nil, nil)(kv(strangerTS)...)            // plaintext
+	rawDealer(t, server.node.Port, workerID, nil, nil)(kv(strangerTS)...)              // plaintext
 	rawDealer(t, server.node.Port, workerID, &other, &other.public)(kv(strangerTS)...) // another server key
 	rawDealer(t, server.node.Port, workerID, &other, &job.public)(kv(strangerTS)...)   // the server key, not the client's
 	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(server.node.Port))))
