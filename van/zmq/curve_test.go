@@ -30,7 +30,7 @@ func jobKeys(t testing.TB) curveKeys {
 	return k
 }
 
-// rawDealer is a pebbe/zmq4 DEALER (an independent ZeroMQ) to to, as
+// rawDealer is a pebbe/zmq4 DEALER (an independent ZeroMQ) to port, as
 // identity ps<id>; with keys it is a CURVE client of server key
 // serverKey, else plaintext.
 func rawDealer(t testing.TB, port int32, id int32, keys *curveKeys, serverKey *[32]byte) func(frames ...[]byte) {
