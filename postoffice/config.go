@@ -14,6 +14,7 @@ import (
 	"github.com/elasticps/elasticps/internal/logfmt"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/syncctl"
+	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/rdma"
 )
 
@@ -25,6 +26,10 @@ type Config struct {
 	// line of PS_AUTH_TOKEN_FILE). Set, every peer must prove it holds it
 	// (docs/security.md); empty, the job is open, as ps-lite's.
 	AuthToken string
+	// Encryption encrypts every connection (PS_ENCRYPT=on; van/zmq CURVE,
+	// van/tcp TLS), with keys derived from AuthToken or read from key
+	// files (encrypt.go, docs/security.md); nil (the default) is plaintext.
+	Encryption *van.Encryption
 	// Role of this node (DMLC_ROLE). Required.
 	Role message.Role
 	// NumWorkers and NumServers are the expected counts (DMLC_NUM_WORKER,
@@ -353,6 +358,9 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	}
 	c.Elastic = elastic != 0
 	if c.AuthToken, err = authToken(get); err != nil {
+		return c, err
+	}
+	if c.Encryption, err = encryptionFromEnv(get, c.AuthToken, c.VanType); err != nil {
 		return c, err
 	}
 	c.MetricsAddr = get("PS_METRICS_ADDR")

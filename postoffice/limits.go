@@ -41,7 +41,7 @@ const ReasonNodes = "max_nodes"
 // refusalReasons are the label values of elasticps_limit_refusals_total, in
 // the order of Postoffice.refusals.
 var refusalReasons = [...]string{van.ReasonMalformed, van.ReasonHello, van.ReasonMeta, van.ReasonFrames,
-	van.ReasonSize, van.ReasonPending, van.ReasonRegister, ReasonNodes}
+	van.ReasonSize, van.ReasonPending, van.ReasonRegister, ReasonNodes, van.ReasonEncrypt}
 
 // RefusalReasons is the number of limits elasticps_limit_refusals_total
 // has a series for on every node.

@@ -22,7 +22,7 @@ func NewTransport(cfg Config) (van.Transport, error) {
 		key = []byte(cfg.AuthToken)
 	}
 	return anyvan.Open(cfg.VanType, van.Options{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
-		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Logger: cfg.logger(), AuthKey: key})
+		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Logger: cfg.logger(), Encryption: cfg.Encryption, AuthKey: key})
 }
 
 // Open creates a node with the transport cfg selects.

@@ -40,6 +40,7 @@ const (
 	ReasonSize      = "max_message"   // Limits.MaxMessageBytes
 	ReasonPending   = "max_pending"   // Limits.MaxPendingBytes: the peer was cut off
 	ReasonRegister  = "register_wait" // Limits.RegisterTimeout: the peer was cut off
+	ReasonEncrypt   = "encryption"    // Options.Encryption: a peer failed the CURVE or TLS handshake
 )
 
 func (e *FrameError) Error() string {
@@ -161,6 +162,10 @@ type Options struct {
 	// *message.WireMismatchError. Only van/zmq, the van that speaks C++
 	// ps-lite's wire, offers the bytedance wire; the others refuse it.
 	Wire message.Wire
+
+	// Encryption, when set, encrypts every connection (van/zmq: CURVE,
+	// van/tcp: TLS); the other vans refuse it. Default nil: plaintext.
+	Encryption *Encryption
 
 	// Logger receives the transport's debug logs (binds, connects, dropped
 	// connections). Default slog.Default().

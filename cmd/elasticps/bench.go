@@ -57,6 +57,7 @@ func parseBenchArgs(args []string) (bench.Config, error) {
 	fs.IntVar(&o.Repeat, "repeat", 1, "run the whole matrix this many times and report medians")
 	fs.BoolVar(&o.JSON, "json", false, "print results as JSON instead of a table")
 	fs.StringVar(&o.Profile, "cpuprofile", "", "write CPU profiles to PREFIX-<van>-<SxW>-<role><index>.pprof")
+	fs.StringVar(&o.Encrypt, "encrypt", "off", "off, on (PS_ENCRYPT=on: CURVE on zmq, TLS on tcp) or both: each topology's job plaintext, then encrypted, rows side by side with their ratio (docs/security.md)")
 	fs.BoolVar(&o.GoThread, "go-thread", false, "also run the Go nodes with each worker's loop on its own locked OS thread, as a C++ program's thread is (rows labelled "+bench.GoThreadLabel+"): what a caller's own thread costs, bridge aside")
 	fs.Func("cxx", "[LABEL=]PROGRAM: also run every cell with this C++ program as servers and workers and compare it with the Go nodes; repeatable. compat_tests/build/test_benchmark is the program built against the bridge (label c++); the same source built against dmlc ps-lite measures ps-lite itself", func(v string) error {
 		label, path, ok := strings.Cut(v, "=")

@@ -41,9 +41,16 @@ func TestParseBenchArgs(t *testing.T) {
 	_, err = parseBenchArgs([]string{"--cxx", bench.GoThreadLabel + "=" + exe})
 	assert.ErrorContains(t, err, "label", "the --go-thread rows' label is taken")
 
+	o, err = parseBenchArgs([]string{"--encrypt", "both"})
+	require.NoError(t, err)
+	assert.Equal(t, "both", o.Encrypt)
+	_, err = parseBenchArgs([]string{"--encrypt", "on", "--van", "tcp,shm"})
+	assert.ErrorContains(t, err, "the shm van has no encryption")
+
 	for _, bad := range [][]string{
 		{"--van", "rdma"}, {"--topo", "2"}, {"--topo", "0x1"}, {"--sizes", "big"},
 		{"--modes", "burst"}, {"--ops-kind", "pushpull"}, {"--depth", "0"}, {"extra"},
+		{"--encrypt", "yes"},
 	} {
 		_, err := parseBenchArgs(bad)
 		assert.Error(t, err, "%v", bad)

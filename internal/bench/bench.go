@@ -39,6 +39,10 @@ type Config struct {
 	Profile  string     // CPU profile file prefix; "" = none
 	CXX      []NodeKind // C++ node programs to compare with the Go nodes (--cxx)
 	GoThread bool       // also run Go nodes whose workers loop on a locked OS thread
+	// Encrypt is off (plaintext, the default), on (every job with
+	// PS_ENCRYPT=on) or both (each topology's job once plaintext, then
+	// once encrypted, the rows side by side with their ratio).
+	Encrypt string
 }
 
 // Validate checks what the flag values alone cannot; its messages name
@@ -63,6 +67,15 @@ func (o *Config) Validate() error {
 		return errors.New("bench: --duration must be positive (or give --ops)")
 	case o.Count < 0 || o.Depth < 1 || o.Repeat < 1:
 		return errors.New("bench: --ops must be >= 0, --depth and --repeat >= 1")
+	case o.Encrypt != "" && o.Encrypt != "off" && o.Encrypt != "on" && o.Encrypt != "both":
+		return fmt.Errorf("bench: --encrypt %q: use off, on or both", o.Encrypt)
+	}
+	for _, v := range o.Vans {
+		if o.Encrypt == "on" || o.Encrypt == "both" {
+			if v != "zmq" && v != "tcp" {
+				return fmt.Errorf("bench: --encrypt %s: the %s van has no encryption; use --van zmq,tcp", o.Encrypt, v)
+			}
+		}
 	}
 	return nil
 }
@@ -108,9 +121,13 @@ func (r *result) label() string {
 // workers on locked OS threads (--go-thread), or a C++ program (--cxx).
 type NodeKind struct {
 	Label      string
-	Program    string // "" = Go nodes (this executable's NodeCommand)
-	LockThread bool   // Go workers loop on a locked OS thread
+	Program    string   // "" = Go nodes (this executable's NodeCommand)
+	LockThread bool     // Go workers loop on a locked OS thread
+	Env        []string // added to every node's environment
 }
+
+// EncryptedLabel labels the rows of --encrypt on and both.
+const EncryptedLabel = "encrypted"
 
 // GoThreadLabel labels the rows of --go-thread.
 const GoThreadLabel = "go-thread"
@@ -136,6 +153,16 @@ func Run(ctx context.Context, o Config, out io.Writer) error {
 	// Each topology's C++ jobs run right after its Go job, so that their
 	// ratios compare runs close in time on this noisy machine.
 	kinds := []NodeKind{{}}
+	if o.Encrypt == "on" || o.Encrypt == "both" {
+		enc, err := encryptedKind()
+		if err != nil {
+			return err
+		}
+		if o.Encrypt == "on" {
+			kinds = kinds[:0]
+		}
+		kinds = append(kinds, enc)
+	}
 	if o.GoThread {
 		kinds = append(kinds, NodeKind{Label: GoThreadLabel, LockThread: true})
 	}
@@ -216,8 +243,7 @@ func (m *matrix) summarize() []*result {
 		}
 	}
 	for _, r := range m.order {
-		if r.Nodes != "" {
-			g := m.all[r.key()+"/"+r.Van]
+		if g := m.all[r.key()+"/"+r.Van]; r.Nodes != "" && g != nil {
 			r.GoMBps, r.GoMeanUS = stats.Median(g.mbps), stats.Median(g.mean)
 		}
 	}
@@ -274,7 +300,7 @@ func runJob(ctx context.Context, nodes jobNodes, o Config, van string, topo [2]i
 		NumServers: topo[0], NumWorkers: topo[1],
 		Command: []string{nodes.exe, NodeCommand},
 		Env: slices.Concat([]string{planEnv + "=" + string(planJSON)}, nodeproc.LoopbackEnv(),
-			[]string{"PS_VERBOSE=0"}, plan.bridgeEnv()),
+			[]string{"PS_VERBOSE=0"}, plan.bridgeEnv(), nodes.Env),
 		Stdout:   pw,
 		NoPrefix: true,
 		Timeout:  time.Minute + time.Duration(len(cells))*perCell*3,
@@ -345,7 +371,8 @@ func printTable(w io.Writer, rs []*result, o Config) {
 	fmt.Fprintf(w, "baseline: dmlc ps-lite on this machine kind (docs/performance.md; its latency is the mean of sequential ops)\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "van\tSxW\tsize\top\tmode\tMB/s\tp50\tp99\tmean\t\tdmlc MB/s\tx goodput\tdmlc lat\tx latency\t"
-	if len(o.CXX) > 0 {
+	vsGo := len(o.CXX) > 0 || o.Encrypt == "both"
+	if vsGo {
 		head += "\tMB/s vs go\tlat vs go\t"
 	}
 	fmt.Fprintln(tw, head)
@@ -363,7 +390,7 @@ func printTable(w io.Writer, rs []*result, o Config) {
 		line := fmt.Sprintf("%s\t%dx%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t%s\t%s\t%s\t%s\t",
 			r.label(), r.Servers, r.Workers, SizeLabel(r.Size), r.Op, r.Mode,
 			fmtNum(r.MBps), fmtNum(r.P50US), fmtNum(r.P99US), fmtNum(r.MeanUS), base, ratio, lat, latRatio)
-		if len(o.CXX) > 0 {
+		if vsGo {
 			vsGo, latVsGo := "", ""
 			if r.Nodes != "" && r.GoMBps > 0 {
 				vsGo = fmt.Sprintf("%.2f", r.MBps/r.GoMBps)
@@ -376,8 +403,8 @@ func printTable(w io.Writer, rs []*result, o Config) {
 		fmt.Fprintln(tw, line)
 	}
 	_ = tw.Flush()
-	if len(o.CXX) > 0 || o.GoThread {
-		fmt.Fprintf(w, "\nvs go: a labelled row's (C++ program, or go-thread) goodput and mean latency over the Go nodes' of the same van, topology and runs (MB/s > 1 or lat < 1: faster than elasticps's Go nodes)\n")
+	if len(o.CXX) > 0 || o.GoThread || o.Encrypt == "both" {
+		fmt.Fprintf(w, "\nvs go: a labelled row's (C++ program, go-thread, or encrypted: PS_ENCRYPT=on) goodput and mean latency over the Go nodes' of the same van, topology and runs (MB/s > 1 or lat < 1: faster than elasticps's Go nodes)\n")
 	}
 }
 

@@ -47,6 +47,9 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 		return nil, fmt.Errorf("anyvan: %s=%s needs the zmq van (DMLC_PS_VAN_TYPE=zmq), the one that speaks C++ ps-lite's wire; the %s van speaks only the dmlc wire",
 			message.WireEnv, opts.Wire, kind)
 	}
+	if opts.Encryption != nil && kind != "" && kind != "zmq" && kind != "tcp" {
+		return nil, fmt.Errorf("anyvan: PS_ENCRYPT=on needs DMLC_PS_VAN_TYPE=zmq (CURVE) or tcp (TLS); the %s van has no encryption", kind)
+	}
 	switch kind {
 	case "", "zmq":
 		return ok(zmq.New(zmq.Config{Options: opts}))

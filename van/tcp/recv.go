@@ -118,6 +118,16 @@ func (t *Transport) readLoop(c net.Conn) {
 	if host == "" {
 		host = c.RemoteAddr().String()
 	}
+	if t.tls != nil {
+		var err error
+		if c, err = t.tls.accept(c, t.cfg.HandshakeTimeout); err != nil {
+			if !t.closed.Load() {
+				t.deliver(inItem{err: &van.FrameError{Peer: host, Reason: van.ReasonEncrypt,
+					Err: fmt.Errorf("%w: TLS handshake failed, a peer without the job's key (PS_ENCRYPT=on): %v", errFatal, err)}})
+			}
+			return
+		}
+	}
 	sender, tag, err := readHello(c, t.cfg.HandshakeTimeout)
 	if err != nil {
 		if errors.Is(err, errZMTP) {

@@ -264,6 +264,9 @@ func (p *peer) dialLoop() {
 		p.mu.Unlock()
 
 		c, err := d.DialContext(t.ctx, p.network, p.addr)
+		if err == nil && t.tls != nil {
+			c, err = t.dialTLS(c, p.addr)
+		}
 		if err == nil {
 			err = writeHello(c, p.ident, t.helloTag(p.ident))
 			if err != nil {

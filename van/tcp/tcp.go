@@ -157,6 +157,8 @@ type Transport struct {
 
 	zmtpPeers sync.Map // address -> true: peers reported as speaking ZeroMQ
 
+	tls *jobTLS // nil without encryption (tls.go)
+
 	closeOnce sync.Once
 }
 
@@ -188,6 +190,11 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.myID.Store(message.Empty)
+	if cfg.Encryption != nil {
+		if t.tls, err = newJobTLS(cfg.Encryption, cfg.Logger); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
 }
 

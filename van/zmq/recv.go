@@ -86,6 +86,9 @@ func (t *Transport) Recv() (*message.Message, error) {
 	if t.router == nil {
 		return nil, errNotBound
 	}
+	if t.curve != nil {
+		return t.recvEncrypted()
+	}
 	return t.recvLocked()
 }
 

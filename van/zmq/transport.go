@@ -81,6 +81,8 @@ type Transport struct {
 	// ours. Guarded by recvMu.
 	ipcFile *ipcFile
 
+	curve *curve // CURVE keys and ZAP handler; nil without encryption (curve.go)
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -117,6 +119,12 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t := &Transport{cfg: cfg, log: cfg.Logger, ctx: ctx, peers: make(map[int32]*peer)}
 	t.myID.Store(message.Empty)
+	if cfg.Encryption != nil {
+		if err := t.startCurve(); err != nil {
+			_ = ctx.term()
+			return nil, err
+		}
+	}
 	return t, nil
 }
 
@@ -191,6 +199,9 @@ func (t *Transport) bindRetry(sock *zsocket, node message.Node, maxRetry int) (i
 	// node's own processes can present its identity (identity.go).
 	if err := sock.setInt(optRouterHandover, 1); err != nil {
 		return 0, fmt.Errorf("van/zmq: set ZMQ_ROUTER_HANDOVER: %w", err)
+	}
+	if err := t.curveServer(sock); err != nil {
+		return 0, err
 	}
 	host := node.Hostname
 	switch {
@@ -419,6 +430,9 @@ func (t *Transport) newDealer(endpoint, ident string) (*zsocket, error) {
 			if err := sock.setInt(optSndHWM, t.cfg.WaterMark); err != nil {
 				return fmt.Errorf("set ZMQ_SNDHWM: %w", err)
 			}
+		}
+		if err := t.curveClient(sock); err != nil {
+			return err
 		}
 		if strings.HasPrefix(endpoint, "tcp://[") {
 			if err := sock.setInt(optIPv6, 1); err != nil {
