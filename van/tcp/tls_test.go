@@ -94,7 +94,7 @@ func TestTLSRefusesStrangers(t *testing.T) {
 	plain, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(server.node.Port))))
 	require.NoError(t, err)
 	defer func() { _ = plain.Close() }()
-	require.NoError(t, writeHello(plain, workerID))
+	require.NoError(t, writeHello(plain, workerID, nil))
 	writeMsg(t, plain, pushMeta(strangerTS), []byte("v"))
 
 	other := jobClient(t, &van.Encryption{Secret: []byte("another job")})
