@@ -117,10 +117,6 @@ func (b *Balancer) Trace() []TracePoint {
 
 // Run plans every interval until ctx ends.
 func (b *Balancer) Run(ctx context.Context) {
-	if b.c.replicas > 0 {
-		b.c.log.Info("coord: the balancer does not run in a job with PS_REPLICAS (moves of replicated intervals are not supported yet)")
-		return
-	}
 	t := time.NewTicker(b.interval)
 	defer t.Stop()
 	for {
