@@ -178,7 +178,9 @@ func TestReplicatedMovesKeepTheCopies(t *testing.T) {
 			continue
 		}
 		testutil.WaitFor(t, 10*time.Second, func() bool { g, ok := po.Gone(to); return ok && g.FailedOver },
-			func() string { return fmt.Sprintf("%s %d was not told the failover lost nothing", po.Role(), po.MyNode().ID) })
+			func() string {
+				return fmt.Sprintf("%s %d was not told the failover lost nothing", po.Role(), po.MyNode().ID)
+			})
 		assert.NoError(t, po.Failure(), "%s %d", po.Role(), po.MyNode().ID)
 	}
 }
