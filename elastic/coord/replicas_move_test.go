@@ -11,9 +11,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/paramstore"
 	"github.com/elasticps/elasticps/postoffice"
 )
 
@@ -182,5 +184,78 @@ func TestReplicatedMovesKeepTheCopies(t *testing.T) {
 				return fmt.Sprintf("%s %d was not told the failover lost nothing", po.Role(), po.MyNode().ID)
 			})
 		assert.NoError(t, po.Failure(), "%s %d", po.Role(), po.MyNode().ID)
+	}
+}
+
+// evenUp pushes one more round from worker 0 if the workers' rounds add up
+// to an odd number, so that rounds of 2 pushes are all complete; it
+// returns the key sums with it.
+func (l *pushLoad) evenUp(t *testing.T, j *elasticJob, keys []uint64, want []float32) []float32 {
+	t.Helper()
+	var n int64
+	for i := range l.rounds {
+		n += l.rounds[i].Load()
+	}
+	if n%2 == 0 {
+		return want
+	}
+	v := float32(l.rounds[0].Load()%5 + 1)
+	ts, err := kv.Push(j.kvw[0], keys, []float32{v, 2 * v, 3 * v, 4 * v}, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+	return []float32{want[0] + v, want[1] + 2*v, want[2] + 3*v, want[3] + 4*v}
+}
+
+// Handler rounds without a sync mode (paramstore's RoundSize: a key's
+// pushes are summed and applied once every 2 of them, MXNet's dist_sync
+// without PS_SYNC_MODE) in a replicated job: two workers push while a
+// primary stops. Every push is acknowledged, and once the last round is
+// complete the pulled values are the exact sums, on the promoted backup
+// as everywhere: a backup's open round held the same pushes as its
+// primary's.
+func TestReplicatedHandlerRoundsUnderASP(t *testing.T) {
+	store := func() (kv.ServerHandler, elastic.Migrator) {
+		cfg := paramstore.DefaultConfig()
+		cfg.RoundSize = func() int { return 2 }
+		s, err := paramstore.New(cfg)
+		require.NoError(t, err)
+		return s.Handle, s
+	}
+	j := startJobWith(t, 3, 2, jobOpts{configure: replicated(1), store: store})
+	r0 := j.waitReplicated(t, 1)
+	ranges := j.workers[0].ServerKeyRanges()
+	keys := []uint64{ranges[0].Begin + 1, ranges[1].Begin + 1, ranges[1].Begin + 2, ranges[2].Begin + 1}
+	// the first push of a key stores it; the rounds are of the later ones
+	ts, err := kv.Push(j.kvw[0], keys, make([]float32, len(keys)), nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, j.kvw[0].Wait(ts))
+
+	dead := r0.Intervals[r0.Find(keys[1])].Node
+	victim := j.servers[slices.IndexFunc(j.servers, func(po *postoffice.Postoffice) bool { return po.MyNode().ID == dead })]
+	load := startPushLoad(j, keys)
+	load.atLeast(t, 100)
+	victim.Stop()
+	load.atLeast(t, 100)
+	want := load.evenUp(t, j, keys, load.halt(t))
+	for wi, w := range j.kvw {
+		var got []float32
+		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Wait(ts))
+		assert.Equal(t, want, got, "worker %d: exact sums of every push", wi)
+	}
+	r := j.waitReplicated(t, 1, victim)
+	for i, k := range keys {
+		kiv := r.Intervals[r.Find(k)]
+		assert.NotEqual(t, dead, kiv.Node)
+		for _, id := range kiv.Backups {
+			testutil.WaitFor(t, 10*time.Second, func() bool { return j.holds(t, id, k) == want[i] },
+				func() string { return fmt.Sprintf("key %d: backup %d holds %v, want exactly %v", k, id, j.holds(t, id, k), want[i]) })
+		}
+	}
+	for _, po := range j.All() {
+		if po != victim {
+			assert.NoError(t, po.Failure(), "%s %d", po.Role(), po.MyNode().ID)
+		}
 	}
 }
