@@ -250,7 +250,9 @@ func TestReplicatedHandlerRoundsUnderASP(t *testing.T) {
 		assert.NotEqual(t, dead, kiv.Node)
 		for _, id := range kiv.Backups {
 			testutil.WaitFor(t, 10*time.Second, func() bool { return j.holds(t, id, k) == want[i] },
-				func() string { return fmt.Sprintf("key %d: backup %d holds %v, want exactly %v", k, id, j.holds(t, id, k), want[i]) })
+				func() string {
+					return fmt.Sprintf("key %d: backup %d holds %v, want exactly %v", k, id, j.holds(t, id, k), want[i])
+				})
 		}
 	}
 	for _, po := range j.All() {
