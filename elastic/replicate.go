@@ -369,7 +369,11 @@ func (e *serverAgent) applyForwarded(from int32, body []byte) error {
 	delete(e.rep.applying, ap)
 	e.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("the handler did not apply a forwarded push: %w", err)
+		// A handler that answers a push only once more pushes came (a
+		// round of every worker's, as MXNet's dist_sync server merges)
+		// never answers here: the next forwarded push waits behind this
+		// one. Say so, as the timeout alone does not.
+		return fmt.Errorf("the handler did not apply a forwarded push: %w (a backup applies forwarded pushes one at a time, so a handler that answers a push only once other pushes arrived cannot be replicated: answer each push once applied and keep the round in the state, as paramstore's RoundSize does)", err)
 	}
 	if e.sync != nil {
 		// Promoted, this server goes on with the push's clock (SSP's and
