@@ -169,7 +169,7 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 		em.ServerLoadRequests.WithLabelValues(strconv.Itoa(int(id))).Set(float64(reqs) / secs)
 	}
 	var servers []rebalance.Server
-	for _, id := range b.c.Servers() {
+	for _, id := range b.c.live(b.c.Servers()) { // a dead server reports nothing: it would look idle
 		s := rebalance.Server{ID: id, Utilization: tp.Busy[id]}
 		if e := b.est[id]; e != nil {
 			s.Capacity = e.Capacity()

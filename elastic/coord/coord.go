@@ -189,6 +189,13 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	if !c.isServer(to) {
 		return res, fmt.Errorf("coord: node %d is not a server of this job", to)
 	}
+	for _, id := range []int32{from, to} {
+		if g, ok := c.po.Gone(id); ok && g.Dead {
+			// It would answer nothing: the move would only hold up the
+			// failover (one reconfiguration at a time) until its timeout.
+			return res, fmt.Errorf("coord: keys [%d, %d) cannot move from node %d to node %d: node %d is dead (%s)", begin, end, from, to, id, g.Reason)
+		}
+	}
 	if err := c.canReplicateMove(r0, begin, end, to); err != nil {
 		return res, err
 	}
