@@ -97,6 +97,18 @@ func (l *pushLoad) halt(t *testing.T) []float32 {
 	return []float32{sum, 2 * sum, 3 * sum, 4 * sum}
 }
 
+// assertPulled checks that every worker pulls want for keys.
+func (j *elasticJob) assertPulled(t *testing.T, keys []uint64, want []float32) {
+	t.Helper()
+	for wi, w := range j.kvw {
+		var got []float32
+		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
+		require.NoError(t, err)
+		require.NoError(t, w.Wait(ts))
+		assert.Equal(t, want, got, "worker %d: exact sums of every push", wi)
+	}
+}
+
 // holds pulls key from server id's own handler (a backup's copy too).
 func (j *elasticJob) holds(t *testing.T, id int32, key uint64) float32 {
 	t.Helper()
@@ -168,13 +180,7 @@ func TestReplicatedMovesKeepTheCopies(t *testing.T) {
 	for i := range want {
 		want[i] += before[i]
 	}
-	for wi, w := range j.kvw {
-		var got []float32
-		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
-		require.NoError(t, err)
-		require.NoError(t, w.Wait(ts))
-		assert.Equal(t, want, got, "worker %d: exact sums of every push", wi)
-	}
+	j.assertPulled(t, keys, want)
 	for _, po := range j.All() {
 		if po == victim || po.MyNode().ID == drained {
 			continue
@@ -237,13 +243,7 @@ func TestReplicatedHandlerRoundsUnderASP(t *testing.T) {
 	victim.Stop()
 	load.atLeast(t, 100)
 	want := load.evenUp(t, j, keys, load.halt(t))
-	for wi, w := range j.kvw {
-		var got []float32
-		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
-		require.NoError(t, err)
-		require.NoError(t, w.Wait(ts))
-		assert.Equal(t, want, got, "worker %d: exact sums of every push", wi)
-	}
+	j.assertPulled(t, keys, want)
 	r := j.waitReplicated(t, 1, victim)
 	for i, k := range keys {
 		kiv := r.Intervals[r.Find(k)]
