@@ -116,6 +116,9 @@ func runChaos(t *testing.T, seed uint64, mode string, srv chaosServers) {
 		return append([]string{"DMLC_NUM_SERVER=3", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
 			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1", "PS_ELASTIC=1", "PS_REPLICAS=1",
 			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=2", "PS_CTL_ADDR=127.0.0.1:0", "PS_VERBOSE=1",
+			// only failovers and placements change the tables the test
+			// reads from the log (moves: TestReplicatedMoveAndDrainThenKill)
+			"PS_BALANCE_INTERVAL=600000",
 			"PS_SYNC_MODE=" + mode}, extra...)
 	}
 	serverProc := func(name string, extra ...string) *proc {

@@ -86,10 +86,6 @@ func newReplication() *replication {
 // (forwarded to the backups, behind earlier ones, or behind a seeding).
 func (e *serverAgent) replicate(m *message.Message, lo, hi uint64, push bool) (handled bool) {
 	rp := e.rep
-	if _, ok := rp.pass[m]; ok {
-		delete(rp.pass, m)
-		return false
-	}
 	for _, sd := range rp.seeds {
 		if overlaps(lo, hi+1, sd.begin, sd.end) {
 			sd.parked = append(sd.parked, m)
@@ -145,6 +141,15 @@ func (e *serverAgent) replicate(m *message.Message, lo, hi uint64, push bool) (h
 		go e.release()
 	}
 	return true
+}
+
+// released reports whether m is a request the queue released to the
+// handler (it waited for its backups or for those before it), and forgets
+// it. The caller holds mu.
+func (rp *replication) released(m *message.Message) bool {
+	_, ok := rp.pass[m]
+	delete(rp.pass, m)
+	return ok
 }
 
 // backupsOf lists the seeded backups of the intervals holding [lo, hi].
@@ -342,7 +347,7 @@ func (e *serverAgent) applyForwarded(from int32, body []byte) error {
 	keys := p.req.Data.Keys
 	first := keys[0]
 	e.mu.Lock()
-	if i := e.routes.Find(first); i >= 0 && e.routes.Intervals[i].Node != from && !e.rep.seededBy(from, first) {
+	if i := e.routes.Find(first); i >= 0 && !primaryOrLeaving(&e.routes.Intervals[i], from) && !e.rep.seededBy(from, first) {
 		e.mu.Unlock()
 		return fmt.Errorf("routing epoch %d names node %d, not %d, as the primary of key %d: a forwarded push from %d is refused", e.routes.Epoch, e.routes.Intervals[i].Node, from, first, from)
 	}
@@ -364,7 +369,11 @@ func (e *serverAgent) applyForwarded(from int32, body []byte) error {
 	delete(e.rep.applying, ap)
 	e.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("the handler did not apply a forwarded push: %w", err)
+		// A handler that answers a push only once more pushes came (a
+		// round of every worker's, as MXNet's dist_sync server merges)
+		// never answers here: the next forwarded push waits behind this
+		// one. Say so, as the timeout alone does not.
+		return fmt.Errorf("the handler did not apply a forwarded push: %w (a backup applies forwarded pushes one at a time, so a handler that answers a push only once other pushes arrived cannot be replicated: answer each push once applied and keep the round in the state, as paramstore's RoundSize does)", err)
 	}
 	if e.sync != nil {
 		// Promoted, this server goes on with the push's clock (SSP's and
@@ -383,13 +392,19 @@ func (e *serverAgent) replicaRoutes(old, r *routing.Routes, me int32) []*seeding
 	active := map[activeKey]bool{}
 	var start []*seeding
 	for _, iv := range r.Intervals {
-		if iv.Node != me {
+		if !replicatesHere(&iv, me) {
 			continue
 		}
 		for _, b := range iv.Backups {
 			k := activeKey{iv.Begin, iv.End, b}
 			if wasActive(old, rp.active, iv.Begin, iv.End, b, me) {
 				active[k] = true
+				continue
+			}
+			if iv.Prev == me {
+				// Leaving this server: it forwards its last pushes to
+				// the backups it had, and seeds none (the new owner
+				// seeds its own once the move commits).
 				continue
 			}
 			if slices.ContainsFunc(rp.seeds, func(sd *seeding) bool { return sd.begin == iv.Begin && sd.end == iv.End && sd.to == b }) {
@@ -434,6 +449,22 @@ func (sd *seeding) stop() {
 	}
 }
 
+// replicatesHere reports whether this server (me) applies and replicates
+// the pushes of iv: it is its primary and no move brings iv here, or a
+// move takes iv away and the pushes below the cut-over are still applied
+// here (Interval.Dest).
+func replicatesHere(iv *routing.Interval, me int32) bool {
+	if iv.Prev != 0 {
+		return iv.Prev == me
+	}
+	return iv.Node == me
+}
+
+// primaryOrLeaving reports whether id may forward iv's pushes and ship its
+// rounds: its primary, or the server a move takes it from (it applies the
+// pushes below the cut-over until it exports).
+func primaryOrLeaving(iv *routing.Interval, id int32) bool { return iv.Node == id || iv.Prev == id }
+
 // wasActive reports whether, in old, this server was the primary of all of
 // [begin, end) and replicated it to b.
 func wasActive(old *routing.Routes, active map[activeKey]bool, begin, end uint64, b, me int32) bool {
@@ -443,7 +474,7 @@ func wasActive(old *routing.Routes, active map[activeKey]bool, begin, end uint64
 	}
 	for ; i < len(old.Intervals) && old.Intervals[i].Begin < end; i++ {
 		iv := &old.Intervals[i]
-		if iv.Node != me || !active[activeKey{iv.Begin, iv.End, b}] {
+		if !replicatesHere(iv, me) || !active[activeKey{iv.Begin, iv.End, b}] {
 			return false
 		}
 	}
@@ -572,7 +603,7 @@ func (e *serverAgent) installShip(from int32, body []byte) error {
 	}
 	e.mu.Lock()
 	i := e.routes.Find(mv.Begin)
-	stale := mv.Epoch <= e.routes.Epoch && i >= 0 && e.routes.Intervals[i].Node != from
+	stale := mv.Epoch <= e.routes.Epoch && i >= 0 && !primaryOrLeaving(&e.routes.Intervals[i], from)
 	epoch := e.routes.Epoch
 	e.mu.Unlock()
 	if stale {
@@ -604,15 +635,8 @@ func (e *serverAgent) installSeed(body []byte) error {
 	if e.migrator() == nil {
 		return errors.New("this server's handler has no Migrator: it cannot hold a backup (PS_REPLICAS needs one on every server)")
 	}
-	// Forget an older copy first (Export drops the keys it returns).
-	if _, err := e.exportState(mv.Begin, mv.End, nil); err != nil {
+	if err := e.dropCopy(mv); err != nil {
 		return err
-	}
-	if e.sync != nil {
-		_, parked := e.sync.Export(mv.Begin, mv.End)
-		for _, m := range parked { // not ours: the keys' primary is elsewhere
-			go e.redirect(m, mv.Epoch)
-		}
 	}
 	if err := e.importState(mv.Begin, mv.End, state); err != nil {
 		return err
@@ -623,6 +647,50 @@ func (e *serverAgent) installSeed(body []byte) error {
 		e.rep.ahead = append(e.rep.ahead, mv)
 	}
 	return e.rep.seen.Import(seen)
+}
+
+// dropCopy forgets what this server holds of mv's keys as their backup
+// (the handler's keys and their sync state), before a newer copy is
+// installed in its place: a seed, a round's state, or the keys themselves
+// moving here.
+func (e *serverAgent) dropCopy(mv Move) error {
+	if e.migrator() != nil {
+		// Export drops the keys it returns.
+		if _, err := e.exportState(mv.Begin, mv.End, nil); err != nil {
+			return err
+		}
+	}
+	if e.sync != nil {
+		_, parked := e.sync.Export(mv.Begin, mv.End)
+		for _, m := range parked { // not ours: the keys' primary is elsewhere
+			go e.redirect(m, mv.Epoch)
+		}
+	}
+	return nil
+}
+
+// busy reports whether a push on [begin, end) waits for the backups here
+// (forwarded and not yet answered, or applied and acknowledged only with
+// its round's state): the keys cannot leave this server before it is
+// answered, or it would be applied on the backups and not with the keys.
+// The caller holds mu.
+func (rp *replication) busy(begin, end uint64) bool {
+	for _, f := range rp.queue {
+		if overlaps(f.lo, f.hi+1, begin, end) {
+			return true
+		}
+	}
+	for _, f := range rp.pass {
+		if overlaps(f.lo, f.hi+1, begin, end) {
+			return true
+		}
+	}
+	for k, rd := range rp.rounds {
+		if (len(rd.held) > 0 || rd.shipping) && overlaps(k.begin, k.end, begin, end) {
+			return true
+		}
+	}
+	return false
 }
 
 // serverGone is the agent's postoffice.OnNodeGone subscriber: a dead

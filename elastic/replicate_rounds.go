@@ -94,7 +94,7 @@ func (e *serverAgent) holdAckLocked(lo, hi uint64, keys []uint64, iter int64, se
 	me := e.me()
 	for i := max(r.Find(lo), 0); i < len(r.Intervals) && r.Intervals[i].Begin <= hi; i++ {
 		iv := &r.Intervals[i]
-		if iv.Node != me || !slices.ContainsFunc(iv.Backups, func(b int32) bool { return e.rep.active[activeKey{iv.Begin, iv.End, b}] }) {
+		if !replicatesHere(iv, me) || !slices.ContainsFunc(iv.Backups, func(b int32) bool { return e.rep.active[activeKey{iv.Begin, iv.End, b}] }) {
 			continue
 		}
 		k := ivKey{iv.Begin, iv.End}
@@ -169,11 +169,17 @@ func (e *serverAgent) shipMarker(m *message.Message) bool {
 		return true
 	}
 	e.rep.markers.Delete(m)
-	i := e.routes.Find(k.begin)
+	// The round's interval may have been split since (a move takes part
+	// of it away): its state goes to the backups of every part this
+	// server still replicates.
 	var to []int32
-	if i >= 0 && e.routes.Intervals[i].Begin == k.begin && e.routes.Intervals[i].End == k.end && e.routes.Intervals[i].Node == e.me() {
-		for _, b := range e.routes.Intervals[i].Backups {
-			if e.rep.active[activeKey{k.begin, k.end, b}] {
+	for i := max(e.routes.Find(k.begin), 0); i < len(e.routes.Intervals) && e.routes.Intervals[i].Begin < k.end; i++ {
+		iv := &e.routes.Intervals[i]
+		if iv.End <= k.begin || !replicatesHere(iv, e.me()) {
+			continue
+		}
+		for _, b := range iv.Backups {
+			if e.rep.active[activeKey{iv.Begin, iv.End, b}] && !slices.Contains(to, b) {
 				to = append(to, b)
 			}
 		}
@@ -321,3 +327,8 @@ func (n *Node) ReplicationReceived() (pushes, states int64) {
 	}
 	return 0, 0
 }
+
+// MarshalSeed is a MsgSeed's body for state, a Migrator's export of mv's
+// keys with no applied-push record: the coordinator installs a moved
+// interval on its new backups with it before the new owner serves it.
+func MarshalSeed(mv Move, state []byte) []byte { return seedBody(mv, state, nil) }

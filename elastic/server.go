@@ -157,18 +157,25 @@ func (e *serverAgent) setRoutes(r *routing.Routes) {
 		kept = append(kept, c)
 	}
 	e.cuts = kept
-	// An incoming range whose migration was aborted goes back.
-	var bounce []*message.Message
+	// An incoming range whose migration was aborted goes back; one
+	// installed here and now committed lets its requests in (behind the
+	// seedings of its backups, which replicaRoutes started).
+	var bounce, committed []*message.Message
 	keptIns := e.ins[:0]
 	for _, in := range e.ins {
-		if i := r.Find(in.mv.Begin); i >= 0 && r.Intervals[i].Node != me {
+		i := r.Find(in.mv.Begin)
+		if i >= 0 && r.Intervals[i].Node != me {
 			bounce = append(bounce, in.parked...)
+			continue
+		}
+		if in.installed && i >= 0 && r.Intervals[i].Prev == 0 {
+			committed = append(committed, in.parked...)
 			continue
 		}
 		keptIns = append(keptIns, in)
 	}
 	e.ins = keptIns
-	future := e.future
+	future := append(committed, e.future...)
 	e.future = nil
 	e.mu.Unlock()
 	e.node.table.Update(r)
@@ -234,8 +241,16 @@ func (e *serverAgent) prepare(mv Move) uint64 {
 	return c.seq
 }
 
-// install takes over mv's keys and lets parked requests through.
+// install takes over mv's keys and lets parked requests through. With
+// PS_REPLICAS it keeps them parked until the move's commit epoch names
+// this server the keys' primary (setRoutes): it seeds its backups then,
+// and nothing it applies before is acknowledged without them.
 func (e *serverAgent) install(mv Move, state []byte) error {
+	if e.rep != nil {
+		if err := e.dropCopy(mv); err != nil {
+			return err
+		}
+	}
 	if err := e.importState(mv.Begin, mv.End, state); err != nil {
 		return err
 	}
@@ -244,6 +259,11 @@ func (e *serverAgent) install(mv Move, state []byte) error {
 	kept := e.ins[:0]
 	for _, in := range e.ins {
 		if overlaps(in.mv.Begin, in.mv.End, mv.Begin, mv.End) {
+			if e.rep != nil {
+				in.installed = true
+				kept = append(kept, in)
+				continue
+			}
 			parked = append(parked, in.parked...)
 			continue
 		}
@@ -314,6 +334,10 @@ func (e *serverAgent) Admit(m *message.Message, keys []uint64) (kv.Admitted, boo
 // route is Admit's elastic part: apply here, park or redirect. The caller
 // holds mu.
 func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, bool) {
+	// A request the replication queue released (replicate.go) is let
+	// through replicate once; taken here, where it may also be parked or
+	// redirected instead.
+	released := e.rep != nil && e.rep.released(m)
 	if m.Meta.Ext.Epoch > e.routes.Epoch {
 		e.future = append(e.future, m)
 		return nil, false
@@ -358,14 +382,8 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 			return nil, false
 		}
 	}
-	// A request the sync gate re-admits passed replicate before it
-	// reached the gate: forwarded, and noted as applied.
-	if e.rep != nil && (e.sync == nil || !e.sync.Readmitting(m)) && e.replicate(m, lo, hi, push) {
-		return nil, false // held until its backups applied it (replicate.go)
-	}
-	if push && e.migrator() == nil {
-		e.noteKeys(m, keys)
-	}
+	// Received before it is forwarded: a move's cut-over comes after
+	// every push its backups may have applied.
 	if push {
 		ks := e.hist[lo]
 		if ks == nil {
@@ -379,6 +397,14 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 		if push && overlaps(lo, hi+1, c.mv.Begin, c.mv.End) {
 			c.recv[w] = max(c.recv[w], seq)
 		}
+	}
+	// A request the sync gate re-admits passed replicate before it
+	// reached the gate: forwarded, and noted as applied.
+	if e.rep != nil && !released && (e.sync == nil || !e.sync.Readmitting(m)) && e.replicate(m, lo, hi, push) {
+		return nil, false // held until its backups applied it (replicate.go)
+	}
+	if push && e.migrator() == nil {
+		e.noteKeys(m, keys)
 	}
 	r := &inflightReq{agent: e, lo: lo, hi: hi, start: time.Now(), bytes: messageBytes(m), push: push}
 	if push && e.rep != nil && e.shipsRounds() {
@@ -418,7 +444,7 @@ func (e *serverAgent) readyCuts(force bool) []*cut {
 				break
 			}
 		}
-		if busy {
+		if busy || e.rep != nil && e.rep.busy(c.mv.Begin, c.mv.End) {
 			continue
 		}
 		all := true
@@ -691,10 +717,12 @@ type cut struct {
 	syncParked []*message.Message
 }
 
-// incoming is a migration on the new owner, until installed.
+// incoming is a migration on the new owner, until installed (with
+// PS_REPLICAS, until the table that commits it).
 type incoming struct {
-	mv     Move
-	parked []*message.Message
+	mv        Move
+	parked    []*message.Message
+	installed bool // the state is here; waiting for the commit epoch (PS_REPLICAS)
 }
 
 func overlaps(b1, e1, b2, e2 uint64) bool { return b1 < e2 && b2 < e1 }

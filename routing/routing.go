@@ -52,7 +52,9 @@ func KeyRanges(n int) []Range {
 // Backups (PS_REPLICAS=k) are the servers that hold a copy of the
 // interval besides Node, in promotion order: the primary (Node) forwards
 // every push to each of them and acknowledges it only once all have
-// applied it; when Node dies the first live backup becomes Node.
+// applied it; when Node dies the first live backup becomes Node. While
+// the interval migrates they are Prev's, which forwards the pushes it
+// still applies; Node may be one of them.
 // Tables treat Backups as immutable: replace the slice, never modify it.
 type Interval struct {
 	Begin, End uint64
@@ -101,9 +103,16 @@ func (r *Routes) Validate() error {
 		if iv.Node <= 0 {
 			return fmt.Errorf("routing epoch %d: interval %d has no owner", r.Epoch, i)
 		}
+		// While an interval moves, its backups are still the old owner's
+		// (it applies and forwards the pushes below the cut-over), and the
+		// new owner may be one of them.
+		applier := iv.Node
+		if iv.Prev != 0 {
+			applier = iv.Prev
+		}
 		for j, b := range iv.Backups {
-			if b <= 0 || b == iv.Node || slices.Contains(iv.Backups[:j], b) {
-				return fmt.Errorf("routing epoch %d: interval %d (owner %d) has an invalid backup list %v: backups are distinct servers other than the owner", r.Epoch, i, iv.Node, iv.Backups)
+			if b <= 0 || b == applier || slices.Contains(iv.Backups[:j], b) {
+				return fmt.Errorf("routing epoch %d: interval %d (owner %d) has an invalid backup list %v: backups are distinct servers other than the owner", r.Epoch, i, applier, iv.Backups)
 			}
 		}
 		next = iv.End

@@ -117,10 +117,6 @@ func (b *Balancer) Trace() []TracePoint {
 
 // Run plans every interval until ctx ends.
 func (b *Balancer) Run(ctx context.Context) {
-	if b.c.replicas > 0 {
-		b.c.log.Info("coord: the balancer does not run in a job with PS_REPLICAS (moves of replicated intervals are not supported yet)")
-		return
-	}
 	t := time.NewTicker(b.interval)
 	defer t.Stop()
 	for {
@@ -173,7 +169,7 @@ func (b *Balancer) Step(now time.Time) rebalance.Plan {
 		em.ServerLoadRequests.WithLabelValues(strconv.Itoa(int(id))).Set(float64(reqs) / secs)
 	}
 	var servers []rebalance.Server
-	for _, id := range b.c.Servers() {
+	for _, id := range b.c.live(b.c.Servers()) { // a dead server reports nothing: it would look idle
 		s := rebalance.Server{ID: id, Utilization: tp.Busy[id]}
 		if e := b.est[id]; e != nil {
 			s.Capacity = e.Capacity()

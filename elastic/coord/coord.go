@@ -39,6 +39,7 @@ type Coordinator struct {
 	PublishWait time.Duration
 
 	replicas int            // PS_REPLICAS: backups per interval (replicas.go)
+	leaving  map[int32]bool // servers being drained: no backups go there (guarded by mu)
 	lost     map[int32]bool // dead servers whose intervals had no live backup (guarded by moveMu)
 
 	moveMu  sync.Mutex // one reconfiguration at a time
@@ -88,7 +89,7 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{po: po, link: link, table: routing.NewIdentityTable(po.NumServers()), log: po.Logger(), Timeout: 30 * time.Second, PublishWait: 2 * time.Second,
-		exports: make(chan export, 4), nodes: map[int32]*nodeRoutes{}, acked: make(chan struct{})}
+		exports: make(chan export, 4), nodes: map[int32]*nodeRoutes{}, acked: make(chan struct{}), leaving: map[int32]bool{}}
 	link.Handle(c.handle)
 	po.OnRebuild(c.rebuild)
 	if k := po.Config().Replicas; k > 0 {
@@ -177,9 +178,6 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	c.moveMu.Lock()
 	defer c.moveMu.Unlock()
 	res := Result{Started: time.Now()}
-	if c.replicas > 0 {
-		return res, fmt.Errorf("coord: keys [%d, %d) cannot move: moves of a job with PS_REPLICAS=%d are not supported yet (the backups would not follow)", begin, end, c.replicas)
-	}
 	r0 := c.table.Current()
 	from, err := owner(r0, begin, end)
 	if err != nil {
@@ -190,6 +188,16 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	}
 	if !c.isServer(to) {
 		return res, fmt.Errorf("coord: node %d is not a server of this job", to)
+	}
+	for _, id := range []int32{from, to} {
+		if g, ok := c.po.Gone(id); ok && g.Dead {
+			// It would answer nothing: the move would only hold up the
+			// failover (one reconfiguration at a time) until its timeout.
+			return res, fmt.Errorf("coord: keys [%d, %d) cannot move from node %d to node %d: node %d is dead (%s)", begin, end, from, to, id, g.Reason)
+		}
+	}
+	if err := c.canReplicateMove(r0, begin, end, to); err != nil {
+		return res, err
 	}
 	mv := elastic.Move{Begin: begin, End: end, From: from, To: to, Epoch: r0.Epoch + 1}
 	res.Move = mv
@@ -236,13 +244,18 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		return c.finish(res, fmt.Errorf("coord: %w; the move is aborted and the keys stay on node %d", ex.err, from))
 	}
 	res.Bytes = len(ex.state)
-	if _, err := c.link.Call(to, elastic.MsgImport, elastic.MarshalMove(mv, ex.state), c.Timeout); err != nil {
-		return c.finish(res, c.giveBack(r1, mv, ex.state, fmt.Errorf("coord: install on node %d: %w", to, err)))
-	}
 	r2 := r1.Clone()
 	r2.Epoch = mv.Epoch + 1
 	for i := range r2.Intervals {
 		r2.Intervals[i].Prev, r2.Intervals[i].CutSeq = 0, 0
+	}
+	if c.replicas > 0 {
+		// Before the new owner applies anything: its backups get the
+		// exported state, so the keys keep k copies besides it.
+		r2 = c.moveBackups(r2, mv, ex.state)
+	}
+	if _, err := c.link.Call(to, elastic.MsgImport, elastic.MarshalMove(mv, ex.state), c.Timeout); err != nil {
+		return c.finish(res, c.giveBack(r1, mv, ex.state, fmt.Errorf("coord: install on node %d: %w", to, err)))
 	}
 	r2.Coalesce()
 	if err := c.publish(r2); err != nil {

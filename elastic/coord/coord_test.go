@@ -57,6 +57,9 @@ type jobOpts struct {
 	// migrator, if set, is each server's Migrator instead of its
 	// DefaultHandler.
 	migrator func(*kv.DefaultHandler) elastic.Migrator
+	// store, if set, gives each server its handler and Migrator instead
+	// of a DefaultHandler (stores then holds nil).
+	store func() (kv.ServerHandler, elastic.Migrator)
 }
 
 // startJobWith starts the job described by opts: its elastic sides, the
@@ -95,9 +98,14 @@ func (j *elasticJob) setup(t *testing.T, ns, nw int, opts jobOpts) error {
 		}
 		store := kv.NewDefaultHandler()
 		var srv *kv.Server
-		if opts.fallback {
+		switch {
+		case opts.store != nil:
+			h, mig := opts.store()
+			store = nil
+			srv, err = en.NewServer(0, kv.ServerOptions{Handler: h}, mig)
+		case opts.fallback:
 			srv, err = en.NewServer(0, kv.ServerOptions{Handler: opaque{store}.handle}, nil)
-		} else {
+		default:
 			var mig elastic.Migrator = store
 			if opts.migrator != nil {
 				mig = opts.migrator(store)

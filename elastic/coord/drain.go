@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/replica"
 	"github.com/elasticps/elasticps/routing"
 )
 
@@ -23,6 +24,20 @@ func (c *Coordinator) Drain(id int32) ([]Result, error) {
 	}
 	if len(others) == 0 {
 		return nil, fmt.Errorf("coord: cannot drain node %d: it is the only server", id)
+	}
+	if c.replicas > 0 {
+		if len(others) < c.replicas+1 {
+			return nil, fmt.Errorf("coord: cannot drain node %d: PS_REPLICAS=%d keeps %d copies of every interval, and only %d servers would be left (add a server with 'elasticps ctl add' first)",
+				id, c.replicas, c.replicas+1, len(others))
+		}
+		c.mu.Lock()
+		c.leaving[id] = true
+		c.mu.Unlock()
+		defer func() {
+			c.mu.Lock()
+			delete(c.leaving, id)
+			c.mu.Unlock()
+		}()
 	}
 	var results []Result
 	for {
@@ -46,6 +61,11 @@ func (c *Coordinator) Drain(id int32) ([]Result, error) {
 		res, err := c.Move(iv.Begin, iv.End, to)
 		results = append(results, res)
 		if err != nil {
+			return results, fmt.Errorf("coord: drain of node %d stopped: %w", id, err)
+		}
+	}
+	if c.replicas > 0 {
+		if err := c.replaceBackups(id); err != nil {
 			return results, fmt.Errorf("coord: drain of node %d stopped: %w", id, err)
 		}
 	}
@@ -75,4 +95,20 @@ func (c *Coordinator) ReleaseStandbys() {
 			c.log.Warn("coord: standby did not acknowledge the end of the job", "node", id, "err", err)
 		}
 	}
+}
+
+// replaceBackups publishes a table in which the draining server id backs
+// up nothing: its copies go to the other servers (replica.Place), which
+// the intervals' primaries seed.
+func (c *Coordinator) replaceBackups(id int32) error {
+	c.moveMu.Lock()
+	defer c.moveMu.Unlock()
+	r := c.table.Current()
+	out, changed := replica.Place(r, c.backupCandidates(), c.replicas)
+	if !changed {
+		return nil
+	}
+	out.Epoch = r.Epoch + 1
+	c.log.Info("coord: the backups of a draining server moved", "node", id, "epoch", out.Epoch, "routes", describe(out))
+	return c.publish(out)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/elasticps/elasticps/elastic"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/replica"
@@ -48,7 +49,7 @@ func (c *Coordinator) place() {
 			return // a failover is due: it places the backups itself
 		}
 	}
-	out, changed := replica.Place(r, live, c.replicas)
+	out, changed := replica.Place(r, c.backupCandidates(), c.replicas)
 	if !changed {
 		return
 	}
@@ -141,4 +142,70 @@ func describe(r *routing.Routes) string {
 		s += fmt.Sprintf("[%d,%d)->%d%v ", iv.Begin, iv.End, iv.Node, iv.Backups)
 	}
 	return s
+}
+
+// canReplicateMove refuses a move of a replicated job that could not keep
+// the keys' k copies: the new owner must not be leaving the job, and k
+// other servers must remain to hold the backups.
+func (c *Coordinator) canReplicateMove(r *routing.Routes, begin, end uint64, to int32) error {
+	if c.replicas == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	leaving := c.leaving[to]
+	c.mu.Unlock()
+	if leaving {
+		return fmt.Errorf("coord: keys [%d, %d) cannot move to node %d: it is being drained", begin, end, to)
+	}
+	if n := len(c.backupCandidates()); n < c.replicas+1 {
+		return fmt.Errorf("coord: keys [%d, %d) cannot move to node %d: PS_REPLICAS=%d keeps %d copies of them, and only %d servers would hold them (add a server with 'elasticps ctl add' first)",
+			begin, end, to, c.replicas, c.replicas+1, n)
+	}
+	return nil
+}
+
+// backupCandidates are the servers that may hold copies: live, and not
+// being drained.
+func (c *Coordinator) backupCandidates() []int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.DeleteFunc(c.live(c.Servers()), func(id int32) bool { return c.leaving[id] })
+}
+
+// moveBackups chooses the backups of mv's keys in r2, the table that
+// commits mv: the old owner's backups are kept except the new owner, and
+// replica.Place tops them up to k. Before the new owner serves the keys,
+// each backup of all of them gets state, the old owner's export: from the
+// export until the new owner's own seeding of its backups, the backups
+// kept hold every acknowledged push (the old owner forwarded each before
+// it acknowledged it, and the new owner acknowledges nothing before that
+// seeding), and new ones hold them from here on. The caller holds moveMu.
+func (c *Coordinator) moveBackups(r2 *routing.Routes, mv elastic.Move, state []byte) *routing.Routes {
+	for i := range r2.Intervals {
+		iv := &r2.Intervals[i]
+		if iv.Begin >= mv.Begin && iv.End <= mv.End && iv.Node == mv.To {
+			iv.Backups = slices.DeleteFunc(slices.Clone(iv.Backups), func(b int32) bool { return b == mv.To })
+		}
+	}
+	out, _ := replica.Place(r2, c.backupCandidates(), c.replicas)
+	var common []int32 // the backups of every moved interval
+	first := true
+	for i, iv := range out.Intervals {
+		if iv.Begin < mv.Begin || iv.End > mv.End {
+			continue
+		}
+		if first {
+			common, first = slices.Clone(iv.Backups), false
+			continue
+		}
+		common = slices.DeleteFunc(common, func(b int32) bool { return !out.Intervals[i].HasBackup(b) })
+	}
+	for _, b := range common {
+		seed := elastic.Move{Begin: mv.Begin, End: mv.End, From: mv.To, To: b, Epoch: out.Epoch}
+		if _, err := c.link.Call(b, elastic.MsgSeed, elastic.MarshalSeed(seed, state), c.Timeout); err != nil {
+			// The new owner seeds it too, once the move commits.
+			c.log.Warn("coord: a moved interval's backup did not take the exported state; the new owner seeds it", "move", fmt.Sprintf("%+v", mv), "backup", b, "err", err)
+		}
+	}
+	return out
 }

@@ -123,14 +123,7 @@ func survivesAServerDeath(t *testing.T, k int) {
 		sum += float32(i%5 + 1)
 	}
 	sum *= nw
-	want := []float32{sum, 2 * sum, 3 * sum, 4 * sum}
-	for wi, w := range j.kvw {
-		var got []float32
-		ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
-		require.NoError(t, err)
-		require.NoError(t, w.Wait(ts))
-		assert.Equal(t, want, got, "worker %d: exact sums of every push", wi)
-	}
+	j.assertPulled(t, keys, []float32{sum, 2 * sum, 3 * sum, 4 * sum})
 
 	r := j.coord.Table().Current()
 	for _, iv := range r.Intervals {
