@@ -143,8 +143,9 @@ func TestSchedulerKilledAndRestartedElastic(t *testing.T) {
 
 // The same in a replicated job (PS_REPLICAS=1, 3 servers): the restarted
 // scheduler takes over the routing table with its backups (the same
-// epoch), and it fails a server killed after the restart over to the
-// backups, losing nothing: the workers' sums are exact and every process
+// epoch), the servers join its membership gossip again, and it fails a
+// server killed after the restart over to the backups (found dead by
+// memberlist), losing nothing: the workers' sums are exact and every process
 // but the killed server exits 0.
 func TestSchedulerKilledAndRestartedReplicated(t *testing.T) {
 	j := startSchedRestartJob(t, true, 3, "PS_REPLICAS=1")
@@ -158,8 +159,15 @@ func TestSchedulerKilledAndRestartedReplicated(t *testing.T) {
 	assert.Equal(t, epoch, routingEpoch(t, j.ctl("status")), "the restarted scheduler took another epoch")
 
 	victim := j.servers[1]
+	for _, s := range j.servers {
+		s.waitFor(t, "membership gossip joined again")
+	}
 	kill9(t, victim)
 	j.sched.waitFor(t, "coord: failover")
+	// the servers joined the restarted scheduler's gossip again: memberlist
+	// finds the death, not the heartbeat timeout
+	assert.Contains(t, j.sched.output(), "membership gossip: its probes failed")
+	assert.NotContains(t, j.sched.output(), "no heartbeat for")
 	failover := lastLine(j.sched.output(), "coord: failover")
 	assert.Contains(t, failover, "lost=0 ")
 	assert.Contains(t, failover, fmt.Sprintf("epoch=%d ", epoch+1))

@@ -262,6 +262,7 @@ func (p *Postoffice) schedulerBack() {
 		return
 	}
 	p.heardScheduler()
+	p.rejoinGossip()
 	p.log.Info("the scheduler is back: this node is a member of the job again", "scheduler", fmt.Sprintf("%s:%d", p.cfg.SchedulerHost, p.cfg.SchedulerPort),
 		"after", time.Since(lostAt).Round(time.Millisecond))
 	p.resendBarriers()
