@@ -370,27 +370,10 @@ func TestElasticDrainWithCtl(t *testing.T) {
 func TestReplicatedServerKilled(t *testing.T) {
 	signal := filepath.Join(t.TempDir(), "killed")
 	env := replicatedEnv(porttest.Free(t))
-	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
-	var srvs []*proc
-	for i := range 3 {
-		srvs = append(srvs, start(t, fmt.Sprintf("server%d", i), env("DMLC_ROLE=server"), elasticpsBin, "server"))
-	}
-	var workers []*proc
-	for i := range 2 {
-		workers = append(workers, start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=replicated", "E2E_SIGNAL_FILE="+signal), selfExe(t)))
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range append(append([]*proc{sched}, srvs...), workers...) {
-				t.Logf("%s:\n%s", p.name, p.output())
-			}
-		}
-	})
-	for _, w := range workers {
-		w.waitFor(t, "replicated worker pushing")
-	}
+	j := startJob(t, jobSpec{env: env, servers: 3, workers: 2, node: "replicated", signal: signal, pushing: "replicated worker pushing"})
+	sched, srvs, workers := j.sched, j.servers, j.workers
 	sched.waitFor(t, "coord: backups placed")
-	standby := start(t, "standby", env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server")
+	standby := j.add(start(t, "standby", env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server"))
 	standby.waitFor(t, "id=14")
 	for _, w := range workers {
 		w.waitFor(t, "pushed 200 rounds")

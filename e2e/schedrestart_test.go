@@ -22,12 +22,10 @@ import (
 // schedRestartJob is a running job of servers servers and 2
 // elasticWorkers with heartbeats on (1 s, lost after 2 s).
 type schedRestartJob struct {
-	env     func(...string) []string
-	sched   *proc
-	servers []*proc
-	workers []*proc
-	signal  string
-	ctl     func(args ...string) string // elastic jobs only
+	*e2eJob
+	env    func(...string) []string
+	signal string
+	ctl    func(args ...string) string // elastic jobs only
 }
 
 func startSchedRestartJob(t *testing.T, elastic bool, servers int, extra ...string) *schedRestartJob {
@@ -45,29 +43,12 @@ func startSchedRestartJob(t *testing.T, elastic bool, servers int, extra ...stri
 	common = append(common, extra...)
 	j := &schedRestartJob{signal: filepath.Join(t.TempDir(), "done")}
 	j.env = func(extra ...string) []string { return append(append([]string{}, common...), extra...) }
-	j.sched = start(t, "scheduler", j.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
-	for i := range servers {
-		j.servers = append(j.servers, start(t, fmt.Sprintf("server%d", i), j.env("DMLC_ROLE=server"), elasticpsBin, "server"))
-	}
-	for i := range 2 {
-		j.workers = append(j.workers, start(t, fmt.Sprintf("worker%d", i),
-			j.env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=elastic", "E2E_SIGNAL_FILE="+j.signal), selfExe(t)))
-	}
+	j.e2eJob = startJob(t, jobSpec{env: j.env, servers: servers, workers: 2, node: "elastic", signal: j.signal, pushing: "elastic worker pushing"})
 	j.ctl = func(args ...string) string {
 		cmd := exec.Command(elasticpsBin, append([]string{"ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", ctlPort)}, args...)...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "ctl %v: %s", args, out)
 		return string(out)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range append(append([]*proc{j.sched}, j.servers...), j.workers...) {
-				t.Logf("%s:\n%s", p.name, p.output())
-			}
-		}
-	})
-	for _, w := range j.workers {
-		w.waitFor(t, "elastic worker pushing")
 	}
 	return j
 }
@@ -88,7 +69,7 @@ func (j *schedRestartJob) killAndRestartScheduler(t *testing.T) {
 			func() string { return w.name + " stopped pushing without the scheduler:\n" + w.output() })
 	}
 	time.Sleep(time.Until(killed.Add(2 * time.Second))) // the restart the issue asks for: 2 s after the kill
-	j.sched = start(t, "scheduler-restarted", j.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
+	j.sched = j.add(start(t, "scheduler-restarted", j.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
 	j.sched.waitFor(t, "restarted into a running job")
 	j.sched.waitFor(t, fmt.Sprintf("rebuilt the running job from %d live nodes (0 standbys), 0 missing", len(j.servers)+len(j.workers)))
 	for _, p := range append(append([]*proc{}, j.servers...), j.workers...) {
@@ -143,8 +124,9 @@ func TestSchedulerKilledAndRestartedElastic(t *testing.T) {
 
 // The same in a replicated job (PS_REPLICAS=1, 3 servers): the restarted
 // scheduler takes over the routing table with its backups (the same
-// epoch), and it fails a server killed after the restart over to the
-// backups, losing nothing: the workers' sums are exact and every process
+// epoch), the servers join its membership gossip again, and it fails a
+// server killed after the restart over to the backups (found dead by
+// memberlist), losing nothing: the workers' sums are exact and every process
 // but the killed server exits 0.
 func TestSchedulerKilledAndRestartedReplicated(t *testing.T) {
 	j := startSchedRestartJob(t, true, 3, "PS_REPLICAS=1")
@@ -158,8 +140,15 @@ func TestSchedulerKilledAndRestartedReplicated(t *testing.T) {
 	assert.Equal(t, epoch, routingEpoch(t, j.ctl("status")), "the restarted scheduler took another epoch")
 
 	victim := j.servers[1]
+	for _, s := range j.servers {
+		s.waitFor(t, "membership gossip joined again")
+	}
 	kill9(t, victim)
 	j.sched.waitFor(t, "coord: failover")
+	// the servers joined the restarted scheduler's gossip again: memberlist
+	// finds the death, not the heartbeat timeout
+	assert.Contains(t, j.sched.output(), "membership gossip: its probes failed")
+	assert.NotContains(t, j.sched.output(), "no heartbeat for")
 	failover := lastLine(j.sched.output(), "coord: failover")
 	assert.Contains(t, failover, "lost=0 ")
 	assert.Contains(t, failover, fmt.Sprintf("epoch=%d ", epoch+1))

@@ -36,31 +36,13 @@ func replicatedEnv(port int) func(extra ...string) []string {
 func TestRestartedServerRejoinsAsStandby(t *testing.T) {
 	signal := filepath.Join(t.TempDir(), "done")
 	env := replicatedEnv(porttest.Free(t))
-	sched := start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler")
-	var srvs []*proc
-	var srvEnv [][]string
-	for i := range 3 {
-		e := env("DMLC_ROLE=server", fmt.Sprintf("PORT=%d", porttest.Free(t)))
-		srvEnv = append(srvEnv, e)
-		srvs = append(srvs, start(t, fmt.Sprintf("server%d", i), e, elasticpsBin, "server"))
+	var srvPorts []string
+	for range 3 {
+		srvPorts = append(srvPorts, fmt.Sprintf("PORT=%d", porttest.Free(t)))
 	}
-	var workers []*proc
-	for i := range 2 {
-		workers = append(workers, start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=replicated", "E2E_SIGNAL_FILE="+signal), selfExe(t)))
-	}
-	var restarted *proc
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range append(append(append([]*proc{sched}, srvs...), workers...), restarted) {
-				if p != nil {
-					t.Logf("%s:\n%s", p.name, p.output())
-				}
-			}
-		}
-	})
-	for _, w := range workers {
-		w.waitFor(t, "replicated worker pushing")
-	}
+	j := startJob(t, jobSpec{env: env, servers: 3, serverEnv: func(i int) []string { return []string{srvPorts[i]} },
+		workers: 2, node: "replicated", signal: signal, pushing: "replicated worker pushing"})
+	sched, srvs, workers := j.sched, j.servers, j.workers
 	sched.waitFor(t, "coord: backups placed")
 	for _, w := range workers {
 		w.waitFor(t, "pushed 200 rounds")
@@ -76,7 +58,7 @@ func TestRestartedServerRejoinsAsStandby(t *testing.T) {
 	}, func() string { return victim.name + " never logged its node id" })
 
 	kill9(t, victim)
-	restarted = start(t, "server1-restarted", srvEnv[1], elasticpsBin, "server")
+	restarted := j.add(start(t, "server1-restarted", env("DMLC_ROLE=server", srvPorts[1]), elasticpsBin, "server"))
 	const standby = 14 // the first id after the job's three servers
 	restarted.waitFor(t, fmt.Sprintf(`msg="node is ready" role=server node="server[id=%d,`, standby))
 	sched.waitFor(t, "it joins as a standby (PS_REPLICAS=1)")

@@ -54,6 +54,10 @@ const (
 	// state with its sync state and applied-push record): replace the
 	// backup's copy with it.
 	MsgShip
+	// MsgSeeded: primary -> scheduler (PS_REPLICAS), body = the seed's
+	// move (From the primary, To the backup): the backup installed its
+	// copy, so it counts as a live copy of the keys from now on.
+	MsgSeeded
 )
 
 // MessageName names an elastic control message for logs and
@@ -84,6 +88,8 @@ func MessageName(head int32) string {
 		return "seed"
 	case MsgShip:
 		return "ship"
+	case MsgSeeded:
+		return "seeded"
 	}
 	return "message " + strconv.Itoa(int(head))
 }

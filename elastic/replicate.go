@@ -582,6 +582,10 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 	if e.po.Verbose() >= 1 {
 		log.Info("elastic: backup seeded", "bytes", len(state))
 	}
+	// the coordinator counts the backup as a copy from now on
+	if err := e.node.link.Post(message.SchedulerID, MsgSeeded, MarshalMove(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch}, nil)); err != nil {
+		log.Warn("elastic: the seeding was not reported to the scheduler: a failover will not count this backup as a copy", "err", err)
+	}
 	return true
 }
 

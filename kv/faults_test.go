@@ -3,7 +3,6 @@ package kv
 import (
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -103,11 +102,6 @@ func TestDeadServerFailsWaitingOperations(t *testing.T) {
 // barriers fail once the scheduler has not come back within
 // PS_SCHEDULER_WAIT.
 func TestSchedulerLostBoundsWaits(t *testing.T) {
-	if os.Getenv("ELASTICPS_TEST_VAN") == "fabric" {
-		// Known gap: over libfabric the live server's answers do not count
-		// as answered probes, so its held push fails at the first sweep.
-		t.Skip("the fabric van: a live server's held operation fails while the scheduler is lost (known gap, see docs/fault-tolerance.md)")
-	}
 	j := startJobWith(t, jobtest.Options{Servers: 2, Workers: 1, Configure: func(c *postoffice.Config) {
 		heartbeats(c)
 		c.SchedulerWait = 3 * time.Second

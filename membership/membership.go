@@ -220,6 +220,18 @@ func (m *Member) Name() string { return m.name }
 // Addr is the gossip address, host:port, that others use as a seed.
 func (m *Member) Addr() string { return m.addr }
 
+// Join joins the cluster again through seeds (memberlist's push/pull with
+// each): a member whose seed restarted with an empty member list (a
+// restarted scheduler) is known to it again, and its lifeline to the seed
+// is dialed anew. It returns how many seeds were reached.
+func (m *Member) Join(seeds []string) (int, error) {
+	n, err := m.ml.Join(seeds)
+	if n == 0 && err != nil {
+		return 0, fmt.Errorf("membership: %s cannot join the cluster again through %s: %w", m.name, strings.Join(seeds, ", "), err)
+	}
+	return n, nil
+}
+
 // Members lists the live members, this one included until it leaves,
 // sorted by name. Members that failed or left are not listed. It may be
 // ahead of the events delivered to Events so far. After Shutdown it is the

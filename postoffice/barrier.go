@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/elasticps/elasticps/message"
@@ -33,7 +34,7 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 	}
 	p.barrierWait[int32(customerID)] = barrierWaiter{done: ch, group: int32(group)}
 	p.mu.Unlock()
-	if err := p.sendBarrier(int32(customerID), int32(group)); err != nil {
+	if err := p.sendBarrier(int32(customerID), int32(group)); err != nil && !p.awaitsScheduler(err) {
 		p.mu.Lock()
 		delete(p.barrierWait, int32(customerID))
 		p.mu.Unlock()
@@ -54,6 +55,22 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 		return fmt.Errorf("postoffice: barrier on group %d: %w", group, err)
 	}
 	return nil
+}
+
+// awaitsScheduler reports whether a barrier whose request could not be
+// sent (err) waits on: the scheduler is lost, so the request is sent again
+// when it is back (resendBarriers), or the barrier fails when it does not
+// come back in time. A van that dials a lost peer again (the fabric van)
+// fails the send, where others queue it.
+func (p *Postoffice) awaitsScheduler(err error) bool {
+	if errors.Is(err, ErrStopped) {
+		return false
+	}
+	_, lost := p.SchedulerLost()
+	if lost {
+		p.vlog(1, "barrier request not sent while the scheduler is lost: it is sent again when it is back", "err", err)
+	}
+	return lost
 }
 
 // barrierWaiter is a customer waiting in a barrier.

@@ -54,7 +54,7 @@ func (p *Postoffice) startGossip(me message.Node) error {
 		cfg.Lifelines = true
 	} else {
 		cfg.BindAddr = host
-		cfg.Seeds = []string{net.JoinHostPort(p.cfg.SchedulerHost, strconv.Itoa(p.cfg.GossipPort))}
+		cfg.Seeds = p.gossipSeeds()
 	}
 	m, err := membership.Start(cfg)
 	if err != nil {
@@ -63,6 +63,33 @@ func (p *Postoffice) startGossip(me message.Node) error {
 	p.member = m
 	p.vlog(1, "membership gossip started", "addr", m.Addr())
 	return nil
+}
+
+// gossipSeeds is the scheduler's gossip address, which servers join.
+func (p *Postoffice) gossipSeeds() []string {
+	return []string{net.JoinHostPort(p.cfg.SchedulerHost, strconv.Itoa(p.cfg.GossipPort))}
+}
+
+// rejoinGossip joins, on a server whose scheduler is back, the scheduler's
+// membership again: a restarted scheduler's memberlist starts empty, and
+// would find this server's death by heartbeats only. (A scheduler that was
+// only unreachable knows the server: the join is a push/pull with it.)
+func (p *Postoffice) rejoinGossip() {
+	p.memberMu.Lock()
+	m := p.member
+	p.memberMu.Unlock()
+	if m == nil || p.cfg.Role != message.RoleServer {
+		return
+	}
+	go func() {
+		if _, err := m.Join(p.gossipSeeds()); err != nil && !p.isStopped() {
+			p.log.Warn("membership gossip not joined again after the scheduler came back: its failures are detected by heartbeats only", "err", err)
+			return
+		} else if err != nil {
+			return
+		}
+		p.vlog(1, "membership gossip joined again", "seeds", p.gossipSeeds())
+	}()
 }
 
 // stopGossip leaves the membership: for the others a clean stop is a

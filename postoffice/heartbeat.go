@@ -53,6 +53,7 @@ type schedLink struct {
 	state   func() []byte
 	rebuilt []func(map[int32][]byte) // scheduler: OnRebuild subscribers
 	peers   map[int32]time.Time      // worker: when each server last answered a probe
+	probing map[int32]bool           // worker: servers whose probe is still being sent
 }
 
 // schedulerWaitFactor: by default a node waits this many
@@ -147,7 +148,12 @@ func (p *Postoffice) checkScheduler(now time.Time) {
 // probeServers sends, on a worker that lost the scheduler, a HEARTBEAT to
 // every server it is connected to; a live server answers it
 // (answerProbe), which HeardFrom records: the scheduler cannot say any
-// more which servers are alive.
+// more which servers are alive. Each probe is sent on its own goroutine,
+// at most one per server at a time: a send to a dead server can block
+// (the fabric van re-dials it and waits for the dial's timeout, longer
+// than PS_HEARTBEAT_TIMEOUT), and must neither delay the probes of the
+// live ones, whose operations would fail as unanswered, nor this node's
+// heartbeats.
 func (p *Postoffice) probeServers() {
 	p.mu.Lock()
 	var ids []int32
@@ -158,9 +164,26 @@ func (p *Postoffice) probeServers() {
 	}
 	p.mu.Unlock()
 	for _, id := range ids {
-		if err := p.sendHeartbeat(id); err != nil && !errors.Is(err, ErrStopped) {
-			p.vlog(1, "probe not sent", "server", id, "err", err)
+		p.sched.mu.Lock()
+		busy := p.sched.probing[id]
+		if !busy {
+			if p.sched.probing == nil {
+				p.sched.probing = map[int32]bool{}
+			}
+			p.sched.probing[id] = true
 		}
+		p.sched.mu.Unlock()
+		if busy {
+			continue
+		}
+		go func() {
+			if err := p.sendHeartbeat(id); err != nil && !errors.Is(err, ErrStopped) {
+				p.vlog(1, "probe not sent", "server", id, "err", err)
+			}
+			p.sched.mu.Lock()
+			delete(p.sched.probing, id)
+			p.sched.mu.Unlock()
+		}()
 	}
 }
 
@@ -239,6 +262,7 @@ func (p *Postoffice) schedulerBack() {
 		return
 	}
 	p.heardScheduler()
+	p.rejoinGossip()
 	p.log.Info("the scheduler is back: this node is a member of the job again", "scheduler", fmt.Sprintf("%s:%d", p.cfg.SchedulerHost, p.cfg.SchedulerPort),
 		"after", time.Since(lostAt).Round(time.Millisecond))
 	p.resendBarriers()

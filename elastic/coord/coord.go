@@ -41,6 +41,8 @@ type Coordinator struct {
 	replicas int            // PS_REPLICAS: backups per interval (replicas.go)
 	leaving  map[int32]bool // servers being drained: no backups go there (guarded by mu)
 	lost     map[int32]bool // dead servers whose intervals had no live backup (guarded by moveMu)
+	cmu      sync.Mutex
+	copies   map[int32]spans // per server, the keys it holds a seeded copy of as a backup (copies.go)
 
 	moveMu  sync.Mutex // one reconfiguration at a time
 	exports chan export
@@ -93,7 +95,7 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 	link.Handle(c.handle)
 	po.OnRebuild(c.rebuild)
 	if k := po.Config().Replicas; k > 0 {
-		c.replicas, c.lost = k, map[int32]bool{}
+		c.replicas, c.lost, c.copies = k, map[int32]bool{}, map[int32]spans{}
 		po.OnNodeGone(c.serverGone)
 		go c.keepReplicated()
 	}
@@ -136,6 +138,15 @@ func (c *Coordinator) handle(from int32, head int32, body []byte) ([]byte, error
 		case c.exports <- export{mv: mv, err: fmt.Errorf("node %d could not export keys [%d, %d): %s", from, mv.Begin, mv.End, msg)}:
 		default:
 			return nil, errors.New("coord: no migration is waiting for this export")
+		}
+		return nil, nil
+	case elastic.MsgSeeded:
+		mv, _, err := elastic.UnmarshalMove(body)
+		if err != nil {
+			return nil, err
+		}
+		if c.replicas > 0 {
+			c.seeded(from, mv)
 		}
 		return nil, nil
 	case elastic.MsgReport:
@@ -389,7 +400,7 @@ func (c *Coordinator) rollback(r1 *routing.Routes, mv elastic.Move, haveExport b
 // routed by a newer table than its own holds it until that table arrives,
 // so the order only spares such waits.
 func (c *Coordinator) publish(r *routing.Routes, first ...int32) error {
-	c.table.Update(r)
+	c.update(r)
 	c.link.Metrics().RoutingEpoch.Set(float64(r.Epoch))
 	body := r.Marshal()
 	for _, id := range first {

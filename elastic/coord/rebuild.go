@@ -34,6 +34,9 @@ func (c *Coordinator) rebuild(states map[int32][]byte) {
 		c.link.Metrics().RoutingEpoch.Set(float64(newest.Epoch))
 	}
 	cur := c.table.Current()
+	if c.replicas > 0 {
+		c.assumeSeeded(cur)
+	}
 	c.log.Info("coord: routing table taken over from the running job", "epoch", cur.Epoch, "from_node", holder, "routes", describe(cur))
 	for id, e := range epochs {
 		c.ack(id, e)

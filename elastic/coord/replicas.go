@@ -83,7 +83,8 @@ func (c *Coordinator) Failover(dead int32) (promoted, lost []routing.Interval, e
 	start := time.Now()
 	r := c.table.Current()
 	live := c.live(c.Servers())
-	out, promoted, lost := replica.Failover(r, dead, live)
+	// only a seeded backup holds the interval's values
+	out, promoted, lost := replica.Failover(c.seededOnly(r, dead), dead, live)
 	out, _ = replica.Place(out, live, c.replicas)
 	out.Epoch = r.Epoch + 1
 	if len(lost) > 0 {
@@ -119,7 +120,7 @@ func outcome(epoch uint64, promoted, lost []routing.Interval) (nothingLost bool,
 		}
 		s += fmt.Sprintf("[%d, %d)", iv.Begin, iv.End)
 	}
-	return false, fmt.Sprintf("the values of its intervals %s are lost: none had a live backup (routing epoch %d)", s, epoch)
+	return false, fmt.Sprintf("the values of its intervals %s are lost: none had a live backup holding a seeded copy (routing epoch %d)", s, epoch)
 }
 
 // live drops the nodes the job lost from ids, also those a restarted

@@ -152,7 +152,7 @@ func TestFailoverOutcome(t *testing.T) {
 	assert.Equal(t, "failed over in routing epoch 3: each of the 1 intervals it was the primary of went to a live backup; nothing was lost", detail)
 	ok, detail = outcome(4, nil, []routing.Interval{{Begin: 0, End: 5, Node: 10}, {Begin: 9, End: 12, Node: 10}})
 	assert.False(t, ok)
-	assert.Equal(t, "the values of its intervals [0, 5), [9, 12) are lost: none had a live backup (routing epoch 4)", detail)
+	assert.Equal(t, "the values of its intervals [0, 5), [9, 12) are lost: none had a live backup holding a seeded copy (routing epoch 4)", detail)
 }
 
 // A push re-sent with the timestamp of one applied before (as a worker

@@ -1,0 +1,145 @@
+package coord
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/elasticps/elasticps/elastic"
+	"github.com/elasticps/elasticps/routing"
+)
+
+// A backup counts as a copy of an interval only once its primary reported
+// it seeded (elastic.MsgSeeded): a backup placed by a table holds nothing
+// until then, and promoting it would serve an empty interval as if nothing
+// were lost. The coordinator keeps, per server, the key spans it holds a
+// seeded copy of, and drops a span once a table no longer names the
+// server as the primary or a backup of it (the copy stops following).
+
+// span is the keys [begin, end).
+type span struct{ begin, end uint64 }
+
+// spans is a sorted list of disjoint, non-adjacent spans.
+type spans []span
+
+// add returns s with [b, e) added.
+func (s spans) add(b, e uint64) spans {
+	if b >= e {
+		return s
+	}
+	out := make(spans, 0, len(s)+1)
+	for _, x := range s {
+		if x.end < b || x.begin > e {
+			out = append(out, x)
+			continue
+		}
+		b, e = min(b, x.begin), max(e, x.end)
+	}
+	out = append(out, span{b, e})
+	slices.SortFunc(out, func(x, y span) int { return cmp.Compare(x.begin, y.begin) })
+	return out
+}
+
+// covers reports whether s holds every key of [b, e).
+func (s spans) covers(b, e uint64) bool {
+	for _, x := range s {
+		if x.begin <= b && b < x.end {
+			b = x.end
+		}
+		if b >= e {
+			return true
+		}
+	}
+	return b >= e
+}
+
+// within returns the parts of s inside the spans of keep.
+func (s spans) within(keep spans) spans {
+	var out spans
+	for _, x := range s {
+		for _, k := range keep {
+			if b, e := max(x.begin, k.begin), min(x.end, k.end); b < e {
+				out = out.add(b, e)
+			}
+		}
+	}
+	return out
+}
+
+// held returns, per server, the spans r names it the primary or a backup
+// of.
+func held(r *routing.Routes) map[int32]spans {
+	h := map[int32]spans{}
+	for _, iv := range r.Intervals {
+		for _, id := range append([]int32{iv.Node}, iv.Backups...) {
+			h[id] = h[id].add(iv.Begin, iv.End)
+		}
+	}
+	return h
+}
+
+// seeded records primary from's report (MsgSeeded) that it seeded its
+// backup of mv's keys: they count as a copy if the current table still
+// names mv.To a backup of them under from.
+func (c *Coordinator) seeded(from int32, mv elastic.Move) {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	r := c.table.Current()
+	for _, iv := range r.Intervals {
+		if b, e := max(iv.Begin, mv.Begin), min(iv.End, mv.End); b < e && iv.Node == from && slices.Contains(iv.Backups, mv.To) {
+			c.copies[mv.To] = c.copies[mv.To].add(b, e)
+		}
+	}
+}
+
+// update makes r the job's table and drops the copies it no longer names
+// their servers for: a server that stops being a backup of keys stops
+// getting their pushes. (Under cmu: a seeding is counted against the
+// table it is checked with.)
+func (c *Coordinator) update(r *routing.Routes) {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	c.table.Update(r)
+	if c.copies == nil {
+		return
+	}
+	h := held(r)
+	for id, s := range c.copies {
+		if s = s.within(h[id]); len(s) == 0 {
+			delete(c.copies, id)
+		} else {
+			c.copies[id] = s
+		}
+	}
+}
+
+// assumeSeeded counts every backup r names as a copy: a restarted
+// scheduler takes over a table whose seeding it did not see.
+func (c *Coordinator) assumeSeeded(r *routing.Routes) {
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	for _, iv := range r.Intervals {
+		for _, b := range iv.Backups {
+			c.copies[b] = c.copies[b].add(iv.Begin, iv.End)
+		}
+	}
+}
+
+// seededOnly returns r with, in each interval dead is the primary of, only
+// the backups that hold a seeded copy of all of it: the ones a failover
+// may promote.
+func (c *Coordinator) seededOnly(r *routing.Routes, dead int32) *routing.Routes {
+	out := r.Clone()
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	for i := range out.Intervals {
+		iv := &out.Intervals[i]
+		if iv.Node != dead {
+			continue
+		}
+		iv.Backups = slices.DeleteFunc(slices.Clone(iv.Backups), func(b int32) bool { return !c.copies[b].covers(iv.Begin, iv.End) })
+		if len(iv.Backups) == 0 {
+			iv.Backups = nil
+		}
+	}
+	return out
+}
