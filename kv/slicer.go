@@ -49,6 +49,15 @@ func (w *Worker) SetSlicer(s Slicer) error {
 	return nil
 }
 
+// SlicerAllowed reports why the worker cannot slice its own requests
+// (SetSlicer, Options.Parts), or nil when it can.
+func (w *Worker) SlicerAllowed() error {
+	if !w.staticRoutes() {
+		return errElasticSlicer
+	}
+	return nil
+}
+
 func (w *Worker) staticRoutes() bool {
 	_, ok := w.router.(staticRouter)
 	return ok
