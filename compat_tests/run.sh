@@ -81,6 +81,23 @@ done
 run "test_sync_async-2x2-ssp" 2 2 --env PS_SYNC_MODE=ssp --env PS_STALENESS=2 -- ./$BIN_DIR/test_sync_async
 run "test_sync_async-2x2-fluent" 2 2 --env PS_SYNC_MODE=fluent --env PS_STALENESS=2 --env PS_PAUSE_PROB=1 -- ./$BIN_DIR/test_sync_async
 
+# The BytePS fork's benchmark API (test_fork_benchmark: modes 0 push then
+# pull, 1 push and pull, 2 push only, 3 pull only; 4 KiB values, 2 keys per
+# server, 3 rounds; exact sums), with and without registered receive
+# buffers; custom slicers (set_slicer); RegisterRecvBuffer[WithRank].
+for m in 1x1 2x2; do
+  for mode in 0 1 2 3; do
+    run "test_fork_benchmark-mode${mode}-${m}" "${m%x*}" "${m#*x}" --env NUM_KEY_PER_SERVER=2 --env TOTAL_DURATION=3 -- ./$BIN_DIR/test_fork_benchmark 4096 3 "$mode"
+  done
+done
+run "test_fork_benchmark-mode1-2x2-ENABLE_RECV_BUFFER" 2 2 --env ENABLE_RECV_BUFFER=1 -- ./$BIN_DIR/test_fork_benchmark 4096 3 1
+for m in 1x1 2x2 3x2; do
+  run "test_slicer-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_slicer
+done
+for m in 1x1 2x2; do
+  run "test_recv_buffer-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_recv_buffer
+done
+
 # ps::Customer with a raw receive handle, and Van::Send.
 for m in 1x1 2x2 3x2; do
   run "test_customer-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_customer

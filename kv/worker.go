@@ -48,6 +48,10 @@ type Options struct {
 	// Servers with a sync mode (PS_SYNC_MODE) then use it as the worker's
 	// clock for these keys instead of counting its pushes. 0 sends nothing.
 	Iteration int64
+	// Parts, when non-nil, is this operation's slicing: what each server
+	// gets (a Slicer's output; see Slicer for the rules). It overrides the
+	// worker's slicer and the key ranges; an empty list sends nothing.
+	Parts []Part
 }
 
 func (o *Options) dataType() message.DataType {
@@ -95,6 +99,9 @@ type Worker struct {
 	// awaitFailover) instead of failing.
 	failover bool
 	watching atomic.Bool // watchStale runs (schedloss.go)
+
+	slicerMu sync.Mutex
+	slicer   Slicer // SetSlicer; nil: slice by the key ranges
 
 	dropped   atomic.Int64 // responses that matched no outstanding operation
 	redirects atomic.Int64 // spans re-routed after a server redirected them
@@ -348,6 +355,11 @@ type op struct {
 	start    time.Time // when issued
 	handling int64     // the slowest server's handling time (ns)
 	waitBuf  [8]int32  // backs waiting for up to 8 servers
+
+	// parts: a custom slicing (Slicer, Options.Parts); spans then index
+	// it, and partPos[i] (pulls) holds where part i's keys are in keys.
+	parts   []Part
+	partPos [][]int
 }
 
 // reply is one server's part of a pull result: views of its frames.
@@ -367,6 +379,7 @@ type span struct {
 	node       int32
 	routeEpoch uint64
 	seq        uint64 // push sequence number of the span (see pushSeqs)
+	part       int    // with op.parts: the part sent (ka..vb unused)
 }
 
 // outMsg is a request or response with room for its three frames in one
@@ -441,9 +454,20 @@ func (w *Worker) issue(push, pull bool, keys []uint64, vals []byte, lens []int32
 	if push {
 		o.vals, o.lensIn = vals, lens
 	}
+	parts, err := w.customParts(keys, vals, lens, &opts)
+	if err != nil {
+		return -1, err
+	}
 	o.start = time.Now()
 	var buf [16]span
-	spans := w.slice(o, 0, len(keys), 0, buf[:0], true, 0)
+	var spans []span
+	if parts != nil {
+		if spans, err = w.partSpans(o, parts, buf[:0]); err != nil {
+			return -1, err
+		}
+	} else {
+		spans = w.slice(o, 0, len(keys), 0, buf[:0], true, 0)
+	}
 	if len(spans) == 0 {
 		// Nothing to send (no keys): complete here, as ps-lite does.
 		w.complete(o)
@@ -560,11 +584,19 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 	m.Meta.Ext.Epoch = s.routeEpoch
 	m.Meta.Ext.PushSeq = s.seq
 	m.Meta.Ext.Iteration = o.iter
-	m.AddData(message.Uint64, KeysToBytes(o.keys[s.ka:s.kb]))
+	keys, vals, lens := o.keys[s.ka:s.kb], o.vals[s.va:s.vb], o.lensIn
+	if len(lens) > 0 {
+		lens = lens[s.ka:s.kb]
+	}
+	if o.parts != nil {
+		p := &o.parts[s.part]
+		keys, vals, lens = p.Keys, p.Vals, p.Lens
+	}
+	m.AddData(message.Uint64, KeysToBytes(keys))
 	if o.push {
-		m.AddData(o.dt, o.vals[s.va:s.vb])
-		if len(o.lensIn) > 0 {
-			m.AddData(message.Int32, LensToBytes(o.lensIn[s.ka:s.kb]))
+		m.AddData(o.dt, vals)
+		if len(lens) > 0 {
+			m.AddData(message.Int32, LensToBytes(lens))
 		}
 	} else {
 		// ps-lite always sends an (empty) vals frame with a pull, and
@@ -730,6 +762,9 @@ func (w *Worker) process(m *message.Message, localErr error) bool {
 		w.drop(m, "no outstanding operation has this timestamp")
 		return false
 	}
+	if m.Meta.Ext.Redirect && localErr == nil && o.parts != nil {
+		localErr = fmt.Errorf("kv: server %d redirected request %d, which a custom slicer sliced (slicers need static key ranges)", m.Meta.Sender, ts)
+	}
 	if m.Meta.Ext.Redirect && localErr == nil {
 		if o.redirects < maxRedirects {
 			w.po.Detach(m) // rare; not proven to release
@@ -823,6 +858,8 @@ func (w *Worker) complete(o *op) {
 		o.sending.Unlock()
 		if !issued {
 			o.err = errors.New("kv: internal error: a pull completed before all of its requests were sent")
+		} else if o.parts != nil {
+			o.err = o.assembleParts()
 		} else {
 			o.err = o.assemble()
 		}

@@ -381,6 +381,9 @@ func (a *app) kvRequest(push, pull bool, keys []uint64, vals []byte, lens []int3
 	// completes; the others are copied.
 	if a.copyOnSend || (sendMode(nodeSendMode.Load()) != readsDuringSend && ctx == nil) {
 		keys, vals, lens = slices.Clone(keys), slices.Clone(vals), slices.Clone(lens)
+		for i, p := range opts.Parts {
+			opts.Parts[i] = kv.Part{Server: p.Server, Keys: slices.Clone(p.Keys), Vals: slices.Clone(p.Vals), Lens: slices.Clone(p.Lens)}
+		}
 	}
 	var op *workerOp
 	if ctx != nil {

@@ -15,6 +15,7 @@ import "C"
 
 import (
 	"errors"
+	"fmt"
 	"runtime/cgo"
 	"time"
 	"unsafe"
@@ -375,10 +376,30 @@ func ps_kv_worker_request(handle C.uint64_t, r *C.ps_ckv_request, ts *C.int) *C.
 	vals := cslice[byte](unsafe.Pointer(r.vals), r.vals_bytes)
 	lens := cslice[int32](unsafe.Pointer(r.lens), r.num_lens)
 	opts := kv.Options{Cmd: int32(r.cmd), Priority: int32(r.priority), DataType: message.DataType(r.data_type)}
+	if r.use_parts != 0 {
+		opts.Parts = make([]kv.Part, 0, int(r.num_parts))
+		for _, p := range cslice[C.ps_kv_part](unsafe.Pointer(r.parts), r.num_parts) {
+			opts.Parts = append(opts.Parts, kv.Part{
+				Server: int(p.server),
+				Keys:   cslice[uint64](unsafe.Pointer(p.keys), p.num_keys),
+				Vals:   cslice[byte](unsafe.Pointer(p.vals), p.vals_bytes),
+				Lens:   cslice[int32](unsafe.Pointer(p.lens), p.num_lens),
+			})
+		}
+	}
 	dst := cslice[byte](r.pull_dst, r.pull_dst_bytes)
 	t, err := a.kvRequest(r.push != 0, r.pull != 0, keys, vals, lens, dst, r.want_lens != 0, opts, r.done_ctx)
 	*ts = C.int(t)
 	return cerr(err)
+}
+
+//export ps_kv_worker_slicer_allowed
+func ps_kv_worker_slicer_allowed(handle C.uint64_t) *C.char {
+	a := lookup(handle)
+	if a.kind != kindWorker {
+		return cerr(fmt.Errorf("elasticps: set_slicer on a %s; only a KVWorker slices requests", a.kind))
+	}
+	return cerr(a.worker.SlicerAllowed())
 }
 
 //export ps_kv_server_response

@@ -3,7 +3,8 @@
  * servers; KVServer handles those requests with a user handler.
  *
  * Keys are partitioned over the servers by GetServerKeyRanges() (server i
- * gets the keys in range i). A request's keys must be sorted ascending.
+ * gets the keys in range i), or by a KVWorker's set_slicer. A request's
+ * keys must be sorted ascending.
  * Values of key i are vals[i*k .. (i+1)*k) with k = vals.size()/keys.size(),
  * or, with lens, lens[i] consecutive values.
  */
@@ -206,13 +207,25 @@ class KVWorker : public SimpleApp {
                                     const std::vector<Range>& ranges,
                                     SlicedKVs* sliced)>;
 
-  /* Not supported: the library slices by the server key ranges (and may
-   * route ranges elsewhere when servers are rebalanced). The slicer is
-   * ignored, with a warning. */
+  /* A custom slicer decides which server gets which part of each later
+   * Push/Pull: it gets the operation's keys (and, for a push, vals and
+   * lens; a pull's vals are empty) and the server key ranges, and fills
+   * sliced with one entry per server rank (first: send it; second: the
+   * keys, vals and lens for that server). The parts are sent by reference
+   * and kept until the operation completes. Unlike ps-lite, a part need
+   * not be a contiguous run of keys: a pull's parts must share its keys
+   * out exactly once each (in key order within a part), and the pulled
+   * values arrive in request key order whichever server held them. A
+   * null slicer restores slicing by GetServerKeyRanges(). Refused
+   * (fatal) in an elastic job (PS_ELASTIC=1), whose routing table moves
+   * key ranges between servers. */
   void set_slicer(const Slicer& slicer) {
-    CHECK(slicer);
-    LOG(WARNING) << "KVWorker::set_slicer is not supported; keys are "
-                 << "partitioned by GetServerKeyRanges()";
+    if (slicer) {
+      detail::CheckOK(ps_kv_worker_slicer_allowed(obj_->bridge_handle()),
+                      "KVWorker::set_slicer");
+    }
+    std::lock_guard<std::mutex> lk(slicer_mu_);
+    slicer_ = slicer;
   }
 
  private:
@@ -227,6 +240,7 @@ class KVWorker : public SimpleApp {
     SArray<Key> keys_;
     SArray<Val> vals_;
     SArray<int> lens_;
+    SlicedKVs sliced_;  // set_slicer's parts, sent by reference
 
     /* Memory the library may write the pull reply into; nullptr: none. */
     virtual void* PullDst(size_t* bytes) {
@@ -337,6 +351,12 @@ class KVWorker : public SimpleApp {
     r.want_lens = want_lens;
     r.done_ctx = static_cast<detail::KVOp*>(op);
     if (pull) r.pull_dst = op->PullDst(&r.pull_dst_bytes);
+    std::vector<ps_kv_part> parts;
+    if (Slice(push, op, &parts)) {
+      r.use_parts = 1;
+      r.parts = parts.data();
+      r.num_parts = parts.size();
+    }
     int ts = -1;
     char* err = ps_kv_worker_request(obj_->bridge_handle(), &r, &ts);
     // From here op may already be deleted (completed at once).
@@ -349,7 +369,49 @@ class KVWorker : public SimpleApp {
     return ts;
   }
 
+  /* Runs the custom slicer, if any, on op's request into op->sliced_
+   * and lists the parts to send in *parts. */
+  bool Slice(bool push, RequestOp* op, std::vector<ps_kv_part>* parts) {
+    Slicer slicer;
+    {
+      std::lock_guard<std::mutex> lk(slicer_mu_);
+      slicer = slicer_;
+    }
+    if (!slicer) return false;
+    KVPairs<Val> send;
+    send.keys = op->keys_;
+    if (push) {
+      send.vals = op->vals_;
+      send.lens = op->lens_;
+    }
+    const std::vector<Range>& ranges =
+        Postoffice::Get()->GetServerKeyRanges();
+    slicer(send, ranges, &op->sliced_);
+    CHECK_LE(op->sliced_.size(), ranges.size())
+        << "KVWorker slicer: " << op->sliced_.size() << " parts for "
+        << ranges.size() << " servers (sliced[i] is server rank i's part)";
+    for (size_t i = 0; i < op->sliced_.size(); ++i) {
+      const auto& s = op->sliced_[i];
+      if (!s.first || s.second.keys.empty()) continue;
+      ps_kv_part p;
+      memset(&p, 0, sizeof(p));
+      p.server = static_cast<int>(i);
+      p.keys = s.second.keys.data();
+      p.num_keys = s.second.keys.size();
+      if (push) {
+        p.vals = s.second.vals.data();
+        p.vals_bytes = s.second.vals.size() * sizeof(Val);
+        p.lens = s.second.lens.data();
+        p.num_lens = s.second.lens.size();
+      }
+      parts->push_back(p);
+    }
+    return true;
+  }
+
   int tag_;
+  std::mutex slicer_mu_;
+  Slicer slicer_;
 };
 
 template <typename Val>
@@ -513,20 +575,27 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
         "KVServer::Response");
   }
 
-  /* BytePS fork: pushes from worker_id whose first key is keys[0] are
-   * received into vals (which must be large enough) instead of new
-   * memory. */
+  /* BytePS fork: the values of every later push from node worker_id whose
+   * first key is keys[0] are received into vals instead of new memory: the
+   * handler's req_data.vals is then a view of vals (same data()), as the
+   * fork's transports deliver them. The library copies them in once from
+   * its receive buffer (no transport here writes into user memory). A push
+   * with more values than vals holds is received into new memory, with a
+   * warning (the fork aborts). Registering again replaces the buffer; vals
+   * is shared, so it stays valid as long as the server needs it. lens and
+   * cmd are accepted for the fork's signature and not used. Deprecated in
+   * the fork in favour of RegisterRecvBufferWithRank. */
   void RegisterRecvBuffer(int worker_id, SArray<Key>& keys,
                           const SArray<Val>& vals,
                           const SArray<int>& lens = {}, int cmd = 0) {
     (void)lens;
     (void)cmd;
-    CHECK(!keys.empty());
+    CHECK(!keys.empty()) << "RegisterRecvBuffer needs the requests' first key";
     std::lock_guard<std::mutex> lk(mu_);
-    recv_buffers_[std::make_pair(worker_id, keys[0])] = vals;
+    recv_buffers_[std::make_pair(worker_id, keys[0])] = RecvBuffer{vals, false};
   }
 
-  /* BytePS fork: RegisterRecvBuffer by worker rank. */
+  /* BytePS fork: RegisterRecvBuffer for the worker of rank worker_rank. */
   void RegisterRecvBufferWithRank(int worker_rank, SArray<Key>& keys,
                                   const SArray<Val>& vals,
                                   const SArray<int>& lens = {}, int cmd = 0) {
@@ -686,8 +755,16 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
       std::lock_guard<std::mutex> lk(mu_);
       auto it = recv_buffers_.find(std::make_pair(m.sender, keys[0]));
       if (it != recv_buffers_.end() &&
-          it->second.size() * sizeof(Val) >= vals_bytes) {
-        registered = it->second;
+          it->second.vals.size() * sizeof(Val) >= vals_bytes) {
+        registered = it->second.vals;
+      } else if (it != recv_buffers_.end() && !it->second.warned) {
+        it->second.warned = true;
+        LOG(WARNING) << "KVServer: a push from node " << m.sender
+                     << " for key " << keys[0] << " has "
+                     << vals_bytes / sizeof(Val) << " values, more than its "
+                     << "registered receive buffer holds ("
+                     << it->second.vals.size() << "); such pushes are "
+                     << "received into new memory (register a larger one)";
       }
     }
     if (held) {
@@ -746,7 +823,12 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
   std::mutex store_mu_;
   std::shared_ptr<Migration> migration_;  // null: generic hand-over
   bool user_migration_ = false;           // set by set_migration_handle
-  std::map<std::pair<int, Key>, SArray<Val>> recv_buffers_;
+  struct RecvBuffer {
+    SArray<Val> vals;
+    bool warned;  // a push too large for it was logged
+  };
+  // RegisterRecvBuffer's buffers by (worker node id, first key)
+  std::map<std::pair<int, Key>, RecvBuffer> recv_buffers_;
   bool closing_ = false;
   int tag_;
 };

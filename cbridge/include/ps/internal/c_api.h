@@ -97,6 +97,19 @@ typedef struct ps_kv_meta {
 typedef const ps_kv_meta ps_ckv_meta;
 
 /* One KVWorker operation: Push (push=1), Pull (pull=1) or PushPull (both). */
+/* One server's part of a KV request sliced by the consumer (a KVWorker's
+ * set_slicer): the keys (and, for a push, values and optional lens) sent to
+ * the server of rank `server`. The arrays are read as the request's own. */
+typedef struct ps_kv_part {
+  int server; /* rank: index into the server key ranges */
+  ps_ckey *keys;
+  size_t num_keys;
+  ps_cvoid *vals;
+  size_t vals_bytes;
+  ps_cint *lens;
+  size_t num_lens;
+} ps_kv_part;
+
 typedef struct ps_kv_request {
   int push;
   int pull;
@@ -120,6 +133,14 @@ typedef struct ps_kv_request {
    * operation. NULL: on_kv_done gets the values in library memory. */
   void *pull_dst;
   size_t pull_dst_bytes;
+  /* With use_parts, the request is sent as these num_parts parts instead
+   * of being sliced by the server key ranges (none: nothing is sent). A
+   * pull's parts must share its keys out exactly once each, in key order
+   * within a part; the reply is assembled in request key order. Refused in
+   * an elastic job (PS_ELASTIC=1). */
+  int use_parts;
+  const ps_kv_part *parts;
+  size_t num_parts;
 } ps_kv_request;
 typedef const ps_kv_request ps_ckv_request;
 
@@ -278,6 +299,9 @@ char *ps_simple_response(uint64_t handle, int head, ps_cchar *body,
  * call. */
 char *ps_kv_worker_request(uint64_t handle, ps_ckv_request *req,
                            int *timestamp);
+/* NULL when the worker may slice its own requests (use_parts), else why
+ * not (an elastic job's routing table owns the key ranges). */
+char *ps_kv_worker_slicer_allowed(uint64_t handle);
 /* KVServer::Response to the request described by req (from on_kv_request);
  * may be called from any thread, once per request. With free_kept NULL the
  * arrays are read during the call only. Otherwise they may be sent by
