@@ -146,6 +146,19 @@ cpushare() {
 cpushare "test_kv_app-1x1-tcp-cpushare" test_kv_app no
 cpushare "test_byteps_style-1x1-tcp-cpushare" test_byteps_style yes
 
+# BytePS's suspend/resume: every process finalizes and starts again with
+# another DMLC_NUM_WORKER (2 workers, then 3; the store outlives it).
+for m in 1x3 2x3; do
+  rm -f "$BIN_DIR/logs/test_suspend_resume-$m.signal"
+  run "test_suspend_resume-$m" "${m%x*}" "${m#*x}" --env "SR_SIGNAL=$HERE/$BIN_DIR/logs/test_suspend_resume-$m.signal" -- ./$BIN_DIR/test_suspend_resume
+done
+
+# The BytePS fork's JOINT role: a scheduler and joint processes (each a
+# server and a worker, counted in DMLC_NUM_SERVER and DMLC_NUM_WORKER).
+for n in 1 2 3; do
+  run "test_joint-$n" 0 "$n" --env "DMLC_NUM_SERVER=$n" --worker-cmd "env DMLC_ROLE=joint ./$BIN_DIR/test_joint" -- ./$BIN_DIR/test_joint
+done
+
 run "test_signals-1x1" 1 1 -- ./$BIN_DIR/test_signals
 run "test_signals-2x2" 2 2 -- ./$BIN_DIR/test_signals
 

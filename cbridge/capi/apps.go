@@ -138,7 +138,7 @@ func newSimpleApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
 }
 
 func newWorkerApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
-	po, err := ensureNode(-1)
+	po, err := nodeFor(slotWorker) // a JOINT process's worker node
 	if err != nil {
 		return nil, err
 	}

@@ -60,19 +60,17 @@ func TestCheckUnsupported(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
-		role int
 		want string // substring of the error; "" for none
 	}{
-		{"plain", map[string]string{}, int(message.RoleWorker), ""},
-		{"group size 1", map[string]string{"DMLC_GROUP_SIZE": "1"}, -1, ""},
-		{"group size 2", map[string]string{"DMLC_GROUP_SIZE": "2"}, -1, "DMLC_GROUP_SIZE"},
-		{"joint", map[string]string{}, roleJoint, "JOINT"},
-		{"rdma zmq", map[string]string{"DMLC_ENABLE_RDMA": "zmq"}, -1, ""},
-		{"rdma ibverbs", map[string]string{"DMLC_ENABLE_RDMA": "ibverbs"}, -1, "DMLC_ENABLE_RDMA"},
-		{"ucx", map[string]string{"DMLC_ENABLE_UCX": "1"}, -1, "DMLC_ENABLE_UCX"},
+		{"plain", map[string]string{}, ""},
+		{"group size 1", map[string]string{"DMLC_GROUP_SIZE": "1"}, ""},
+		{"group size 2", map[string]string{"DMLC_GROUP_SIZE": "2"}, "DMLC_GROUP_SIZE"},
+		{"rdma zmq", map[string]string{"DMLC_ENABLE_RDMA": "zmq"}, ""},
+		{"rdma ibverbs", map[string]string{"DMLC_ENABLE_RDMA": "ibverbs"}, "DMLC_ENABLE_RDMA"},
+		{"ucx", map[string]string{"DMLC_ENABLE_UCX": "1"}, "DMLC_ENABLE_UCX"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := checkUnsupported(env(tc.env), tc.role)
+			err := checkUnsupported(env(tc.env))
 			if tc.want == "" {
 				assert.NoError(t, err)
 				return
@@ -80,6 +78,18 @@ func TestCheckUnsupported(t *testing.T) {
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// DMLC_ROLE=joint makes a JOINT process when no role is given; a role
+// given (StartPS) wins.
+func TestProcessRole(t *testing.T) {
+	t.Setenv("DMLC_ROLE", "joint")
+	assert.Equal(t, roleJoint, processRole(-1), "DMLC_ROLE=joint")
+	assert.Equal(t, int(message.RoleWorker), processRole(int(message.RoleWorker)), "StartPS(WORKER) with DMLC_ROLE=joint")
+	t.Setenv("DMLC_ROLE", "server")
+	assert.Equal(t, -1, processRole(-1), "DMLC_ROLE=server is read by the node's config")
+	assert.Equal(t, "joint", roleName(roleJoint))
+	assert.Equal(t, "worker", roleName(int(message.RoleWorker)))
 }
 
 type uncomparableError struct{ parts []string }

@@ -99,8 +99,11 @@ func ps_node_finalize(customerID, doBarrier C.int) *C.char {
 }
 
 //export ps_node_barrier
-func ps_node_barrier(customerID, group C.int) *C.char {
+func ps_node_barrier(slot, customerID, group C.int) *C.char {
 	po := currentNode()
+	if w := jointWorker(); w != nil && slot == slotWorker {
+		po = w
+	}
 	if po == nil {
 		return cerr(errors.New("elasticps: Barrier before Start: the node is not running"))
 	}
@@ -108,8 +111,8 @@ func ps_node_barrier(customerID, group C.int) *C.char {
 }
 
 //export ps_node_info_get
-func ps_node_info_get(out *C.ps_node_info) *C.char {
-	po, err := ensureNode(-1)
+func ps_node_info_get(slot C.int, out *C.ps_node_info) *C.char {
+	po, err := nodeFor(int(slot))
 	if err != nil {
 		return cerr(err)
 	}
@@ -134,9 +137,20 @@ func ps_node_info_get(out *C.ps_node_info) *C.char {
 	return nil
 }
 
+//export ps_node_is_joint
+func ps_node_is_joint() C.int {
+	node.mu.Lock()
+	exists, joint := node.po != nil, node.worker != nil
+	node.mu.Unlock()
+	if !exists {
+		joint = processRole(-1) == roleJoint
+	}
+	return cbool(joint)
+}
+
 //export ps_node_group
-func ps_node_group(group C.int, ids *C.int, capacity C.int, count *C.int) *C.char {
-	po, err := ensureNode(-1)
+func ps_node_group(slot, group C.int, ids *C.int, capacity C.int, count *C.int) *C.char {
+	po, err := nodeFor(int(slot))
 	if err != nil {
 		return cerr(err)
 	}

@@ -40,7 +40,19 @@ var node struct {
 	// run until cancel (at Finalize of customer 0 or the node's stop).
 	balancer *coord.Balancer
 	cancel   context.CancelFunc
+	// worker is the worker node of a JOINT process (po is its server
+	// node), nil otherwise; workerElastic its elastic side.
+	worker        *postoffice.Postoffice
+	workerElastic *elastic.Node
 }
+
+// Node slots: which of a process's nodes a C++ Postoffice is. slotMain is
+// the process's node (a JOINT process's server node); slotWorker is the
+// worker node of a JOINT process and the main node in any other process.
+const (
+	slotMain   = 0
+	slotWorker = 1
+)
 
 // envOverrides are the values of ps::Environment::Init, which take
 // precedence over the process environment.
@@ -95,9 +107,22 @@ var roleNames = map[int]string{
 	int(message.RoleScheduler): "scheduler",
 }
 
-// roleJoint is the BytePS fork's JOINT role (a worker and a server in one
-// process), which the bridge does not support.
+// roleJoint is the BytePS fork's JOINT role: a server node and a worker
+// node in one process, each registered with the scheduler as any server
+// and worker (DMLC_NUM_SERVER and DMLC_NUM_WORKER count it in both).
 const roleJoint = 3
+
+// processRole is role, or for PS_ROLE_FROM_ENV (-1) roleJoint when
+// DMLC_ROLE is "joint" and -1 otherwise.
+func processRole(role int) int {
+	if role >= 0 {
+		return role
+	}
+	if v, _ := lookupEnv("DMLC_ROLE"); v == "joint" {
+		return roleJoint
+	}
+	return -1
+}
 
 // nodeEnv returns the Getenv used to configure a new node. role >= 0
 // replaces DMLC_ROLE (the BytePS fork's StartPS(role) does), and the p3 van
@@ -118,10 +143,7 @@ func nodeEnv(role int) postoffice.Getenv {
 
 // checkUnsupported rejects settings of ps-lite forks the bridge does not
 // implement, with the reason, instead of silently behaving differently.
-func checkUnsupported(env postoffice.Getenv, role int) error {
-	if role == roleJoint {
-		return errors.New("elasticps: role JOINT (a worker and a server in one process) is not supported: run the worker and the server as separate processes")
-	}
+func checkUnsupported(env postoffice.Getenv) error {
 	if v, ok := env("DMLC_GROUP_SIZE"); ok && v != "" && v != "1" {
 		return fmt.Errorf("elasticps: DMLC_GROUP_SIZE=%s is not supported (one instance per process): unset it or set it to 1", v)
 	}
@@ -134,44 +156,103 @@ func checkUnsupported(env postoffice.Getenv, role int) error {
 	return nil
 }
 
-// ensureNode returns the process's node, creating it from the environment
-// if there is none. role >= 0 must match an existing node's role.
+// ensureNode returns the process's (main) node, creating it from the
+// environment if there is none; for a JOINT process (role roleJoint, or
+// DMLC_ROLE=joint) it creates the server node (the main one) and the
+// worker node. role >= 0 must match the existing nodes' role.
 func ensureNode(role int) (*postoffice.Postoffice, error) {
+	role = processRole(role)
 	node.mu.Lock()
 	defer node.mu.Unlock()
 	if po := node.po; po != nil {
-		if role >= 0 && role != roleJoint && role != int(po.Role()) {
-			return nil, fmt.Errorf("elasticps: this process's node is a %s (from DMLC_ROLE or an earlier start); it cannot also start as a %s", po.Role(), roleNames[role])
+		have := int(po.Role())
+		if node.worker != nil {
+			have = roleJoint
+		}
+		if role >= 0 && role != have {
+			return nil, fmt.Errorf("elasticps: this process's node is a %s (from DMLC_ROLE or an earlier start); it cannot also start as a %s", roleName(have), roleName(role))
 		}
 		return po, nil
 	}
-	env := nodeEnv(role)
-	if err := checkUnsupported(env, role); err != nil {
+	if role != roleJoint {
+		po, en, err := openNode(role)
+		if err == nil {
+			node.po, node.elastic = po, en
+		}
+		return po, err
+	}
+	// the fork's JOINT: a server and a worker, each a node of its own
+	po, en, err := openNode(int(message.RoleServer))
+	if err != nil {
 		return nil, err
+	}
+	w, wen, err := openNode(int(message.RoleWorker))
+	if err != nil {
+		po.Stop()
+		return nil, fmt.Errorf("elasticps: the worker node of this JOINT process: %w", err)
+	}
+	node.po, node.elastic, node.worker, node.workerElastic = po, en, w, wen
+	return po, nil
+}
+
+// roleName names a role for DMLC_ROLE (roleJoint too).
+func roleName(role int) string {
+	if role == roleJoint {
+		return "joint"
+	}
+	return roleNames[role]
+}
+
+// nodeFor returns the node of a slot (slotMain, slotWorker), creating the
+// process's nodes if there are none.
+func nodeFor(slot int) (*postoffice.Postoffice, error) {
+	po, err := ensureNode(-1)
+	if err != nil || slot != slotWorker {
+		return po, err
+	}
+	if w := jointWorker(); w != nil {
+		return w, nil
+	}
+	return po, nil
+}
+
+// jointWorker is the worker node of a JOINT process, nil in any other.
+func jointWorker() *postoffice.Postoffice {
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	return node.worker
+}
+
+// openNode creates a node of role (-1: DMLC_ROLE) from the environment;
+// node.mu is held. An elastic scheduler gets its balancer (node.balancer).
+func openNode(role int) (*postoffice.Postoffice, *elastic.Node, error) {
+	env := nodeEnv(role)
+	if err := checkUnsupported(env); err != nil {
+		return nil, nil, err
 	}
 	cfg, err := postoffice.ConfigFromEnv(env)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.ShareHostCPUs = shareHostCPUs(cfg.Role)
 	spin, err := waitSpinFromEnv(env)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	C.psb_wait_spin_ns = C.int64_t(spin)
 	tr, err := newTransport(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	po, err := postoffice.New(cfg, tr)
 	if err != nil {
 		_ = tr.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	en, err := elastic.Open(po)
 	if err != nil {
 		po.Stop()
-		return nil, err
+		return nil, nil, err
 	}
 	if cfg.Role == message.RoleScheduler && cfg.Elastic {
 		// what 'elasticps scheduler' runs, so that a C++ program's
@@ -181,13 +262,12 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 		if err != nil {
 			cancel()
 			po.Stop()
-			return nil, err
+			return nil, nil, err
 		}
 		context.AfterFunc(ctx, po.Stop)
 		node.balancer, node.cancel = bal, cancel
 	}
-	node.po, node.elastic = po, en
-	return po, nil
+	return po, en, nil
 }
 
 // nodeElastic is the elastic side of the process's node po (nil outside
@@ -195,10 +275,13 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 func nodeElastic(po *postoffice.Postoffice) *elastic.Node {
 	node.mu.Lock()
 	defer node.mu.Unlock()
-	if node.po != po {
-		return nil
+	switch po {
+	case node.po:
+		return node.elastic
+	case node.worker:
+		return node.workerElastic
 	}
-	return node.elastic
+	return nil
 }
 
 // nodeBalancer is the balancer of the process's node po (nil unless it is
@@ -286,10 +369,17 @@ func startNode(customerID, role int, barrier bool) error {
 	if err != nil {
 		return err
 	}
-	if barrier {
-		err = po.StartWithBarrier(customerID)
+	start := func(po *postoffice.Postoffice) error {
+		if barrier {
+			return po.StartWithBarrier(customerID)
+		}
+		return po.Start(customerID)
+	}
+	if w := jointWorker(); w != nil {
+		// both nodes at once: the job is complete only with both
+		err = bothNodes(po, w, start)
 	} else {
-		err = po.Start(customerID)
+		err = start(po)
 	}
 	if err != nil {
 		return err
@@ -320,6 +410,9 @@ func finalizeNode(customerID int, barrier bool) error {
 			bal.Coordinator().ReleaseStandbys()
 		}
 		err = errors.Join(err, po.Finalize(0, false))
+	} else if w := jointWorker(); w != nil {
+		// the final barrier includes both nodes of a JOINT process
+		err = bothNodes(po, w, func(po *postoffice.Postoffice) error { return po.Finalize(customerID, barrier) })
 	} else {
 		err = po.Finalize(customerID, barrier)
 	}
@@ -330,6 +423,7 @@ func finalizeNode(customerID int, barrier bool) error {
 				node.cancel()
 			}
 			node.po, node.elastic, node.balancer, node.cancel = nil, nil, nil, nil
+			node.worker, node.workerElastic = nil, nil
 		}
 		node.mu.Unlock()
 	}
@@ -339,6 +433,14 @@ func finalizeNode(customerID int, barrier bool) error {
 		err = nil
 	}
 	return err
+}
+
+// bothNodes runs f on a JOINT process's server and worker nodes at once.
+func bothNodes(server, worker *postoffice.Postoffice, f func(*postoffice.Postoffice) error) error {
+	werr := make(chan error, 1)
+	go func() { werr <- f(worker) }()
+	err := f(server)
+	return errors.Join(err, <-werr)
 }
 
 func isReady(po *postoffice.Postoffice) bool {

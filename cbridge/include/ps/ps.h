@@ -67,16 +67,19 @@ inline Node::Role GetRole(const std::string role_str) {
   return Node::SCHEDULER;
 }
 
-/* BytePS fork: Start as role (which overrides DMLC_ROLE). rank is a
- * preferred rank (-1: none); it is not honoured here. The JOINT role and
- * DMLC_GROUP_SIZE > 1 are not supported and fail with dmlc::Error. */
+/* BytePS fork: Start as role (which overrides DMLC_ROLE); JOINT starts a
+ * server node and a worker node (Postoffice::GetServer / GetWorker). rank
+ * is a preferred rank (-1: none); it is not honoured here. DMLC_GROUP_SIZE
+ * > 1 is not supported and fails with dmlc::Error. After Finalize the
+ * process may StartPS again, with other DMLC_NUM_* values (BytePS's
+ * suspend/resume). */
 inline void StartPS(int customer_id, Node::Role role, int rank,
                     bool do_barrier, const char* argv0 = nullptr) {
   Postoffice::Init(role);
   Postoffice::Get()->Start(customer_id, role, rank, do_barrier, argv0);
 }
 
-/* BytePS fork: Finalize of the node started as role. */
+/* BytePS fork: Finalize of the node(s) started as role. */
 inline void Finalize(int customer_id, Node::Role role,
                      const bool do_barrier = true) {
   (void)role;

@@ -54,7 +54,7 @@ enum {
   PS_ROLE_SERVER = 0,
   PS_ROLE_WORKER = 1,
   PS_ROLE_SCHEDULER = 2,
-  PS_ROLE_JOINT = 3 /* BytePS fork; rejected with an error */
+  PS_ROLE_JOINT = 3 /* BytePS fork: a server node and a worker node */
 };
 
 /* Status passed to on_kv_done. */
@@ -236,13 +236,20 @@ char *ps_node_init(int role);
 char *ps_node_start(int customer_id, int role, int do_barrier);
 /* ps::Finalize: optional barrier; customer 0 then stops the node. */
 char *ps_node_finalize(int customer_id, int do_barrier);
+/* Node slots (the slot argument below): PS_SLOT_MAIN is the process's
+ * node (a JOINT process's server node), PS_SLOT_WORKER a JOINT process's
+ * worker node and the main node in any other process. */
+enum { PS_SLOT_MAIN = 0, PS_SLOT_WORKER = 1 };
+/* Whether the process is JOINT (its nodes, or DMLC_ROLE before they
+ * exist). */
+int ps_node_is_joint(void);
 /* ps::Postoffice::Barrier. */
-char *ps_node_barrier(int customer_id, int group);
+char *ps_node_barrier(int slot, int customer_id, int group);
 /* Fills *out, creating the node if needed. */
-char *ps_node_info_get(ps_node_info *out);
+char *ps_node_info_get(int slot, ps_node_info *out);
 /* Node ids of group (1-7) or of one node id: up to cap ids into ids, the
  * total into *count (-1 if group names nothing in this job). */
-char *ps_node_group(int group, int *ids, int cap, int *count);
+char *ps_node_group(int slot, int group, int *ids, int cap, int *count);
 /* ps::Postoffice::GetServerKeyRanges: up to cap ranges, total in *count. */
 char *ps_node_key_ranges(uint64_t *begins, uint64_t *ends, int cap,
                          int *count);

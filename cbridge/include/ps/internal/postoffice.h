@@ -2,10 +2,12 @@
  * ps::Postoffice: the process's node — its role, the job's node groups and
  * key ranges, start, barriers and shutdown.
  *
- * Both API generations are served by one object per process: upstream's
- * singleton Get(), and the BytePS fork's Init(role) / GetServer() /
- * GetWorker() / GetScheduler(), which all return it (one instance per
- * process: DMLC_GROUP_SIZE must be 1).
+ * Both API generations are served: upstream's singleton Get(), and the
+ * BytePS fork's Init(role) / GetServer() / GetWorker() / GetScheduler().
+ * A process has one node, which all of them return, except a JOINT one
+ * (DMLC_ROLE=joint or StartPS(..., JOINT, ...)): it has a server node,
+ * Get() and GetServer(), and a worker node, GetWorker(), each registered
+ * with the scheduler as any server and worker. DMLC_GROUP_SIZE must be 1.
  */
 #ifndef PS_INTERNAL_POSTOFFICE_H_
 #define PS_INTERNAL_POSTOFFICE_H_
@@ -42,14 +44,15 @@ class Postoffice {
     detail::CheckOK(ps_node_init(static_cast<int>(role)), "Postoffice::Init");
   }
 
-  /* BytePS fork: the instance of a role; there is one per process. */
+  /* BytePS fork: the instance of a role; there is one per role. */
   static Postoffice* GetServer(int index = 0) {
-    CHECK_EQ(index, 0) << "one Postoffice per process (DMLC_GROUP_SIZE=1)";
+    CHECK_EQ(index, 0) << "one Postoffice per role (DMLC_GROUP_SIZE=1)";
     return Get();
   }
+  /* A JOINT process's worker node; Get() in any other process. */
   static Postoffice* GetWorker(int index = 0) {
-    CHECK_EQ(index, 0) << "one Postoffice per process (DMLC_GROUP_SIZE=1)";
-    return Get();
+    CHECK_EQ(index, 0) << "one Postoffice per role (DMLC_GROUP_SIZE=1)";
+    return ps_node_is_joint() ? JointWorker() : Get();
   }
   /* BytePS fork: this process's Postoffice if it is the scheduler. */
   static Postoffice* GetScheduler() {
@@ -66,9 +69,10 @@ class Postoffice {
     StartAs(customer_id, PS_ROLE_FROM_ENV, do_barrier);
   }
 
-  /* BytePS fork form: role overrides DMLC_ROLE; rank is a preferred rank,
-   * which this library does not honour (ranks follow registration order
-   * as decided by the scheduler). */
+  /* BytePS fork form: role overrides DMLC_ROLE (JOINT starts both of the
+   * process's nodes); rank is a preferred rank, which this library does
+   * not honour (ranks follow registration order as decided by the
+   * scheduler). */
   void Start(int customer_id, const Node::Role role, int rank,
              const bool do_barrier, const char* /*argv0*/) {
     CHECK_GE(rank, -1) << "preferred rank";
@@ -80,21 +84,14 @@ class Postoffice {
     }
   }
 
-  /* Optionally waits for all nodes; customer 0 then stops the node and
-   * runs the exit callback. */
+  /* Optionally waits for all nodes; customer 0 then stops the process's
+   * nodes (both of a JOINT process) and runs the exit callback. */
   void Finalize(const int customer_id, const bool do_barrier = true) {
     detail::LogIfError(ps_node_finalize(customer_id, do_barrier ? 1 : 0),
                        "Finalize");
     if (customer_id != 0) return;
-    Callback cb;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      have_info_ = false;
-      node_ids_.clear();
-      server_key_ranges_.clear();
-      cb = exit_callback_;
-    }
-    van_.Reset();
+    Callback cb = Get()->Reset();
+    if (JointWorkerRef() != nullptr) JointWorkerRef()->Reset();
     if (cb) cb();
   }
 
@@ -127,13 +124,13 @@ class Postoffice {
     if (it != node_ids_.end()) return it->second;
     std::vector<int> ids(64);
     int count = 0;
-    detail::CheckOK(ps_node_group(node_id, ids.data(),
+    detail::CheckOK(ps_node_group(slot_, node_id, ids.data(),
                                   static_cast<int>(ids.size()), &count),
                     "GetNodeIDs");
     CHECK_GE(count, 0) << "node " << node_id << " doesn't exist";
     if (static_cast<size_t>(count) > ids.size()) {
       ids.resize(count);
-      detail::CheckOK(ps_node_group(node_id, ids.data(), count, &count),
+      detail::CheckOK(ps_node_group(slot_, node_id, ids.data(), count, &count),
                       "GetNodeIDs");
     }
     ids.resize(count);
@@ -194,7 +191,7 @@ class Postoffice {
 
   /* Blocks until every node of node_group has called Barrier. */
   void Barrier(int customer_id, int node_group) {
-    detail::LogIfError(ps_node_barrier(customer_id, node_group), "Barrier");
+    detail::LogIfError(ps_node_barrier(slot_, customer_id, node_group), "Barrier");
   }
 
   /* Control messages are handled inside the library. */
@@ -216,7 +213,35 @@ class Postoffice {
   }
 
  private:
-  Postoffice() { detail::EnsureCallbacks(); }
+  explicit Postoffice(int slot = PS_SLOT_MAIN) : slot_(slot) {
+    detail::EnsureCallbacks();
+    van_.slot_ = slot;
+  }
+
+  /* A JOINT process's worker node; never destroyed, as Get()'s. */
+  static Postoffice* JointWorker() {
+    static Postoffice* po = JointWorkerRef() = new Postoffice(PS_SLOT_WORKER);
+    return po;
+  }
+  /* JointWorker(), or null before its first call. */
+  static Postoffice*& JointWorkerRef() {
+    static Postoffice* po = nullptr;
+    return po;
+  }
+
+  /* Forgets what the stopped node said; returns the exit callback. */
+  Callback Reset() {
+    Callback cb;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      have_info_ = false;
+      node_ids_.clear();
+      server_key_ranges_.clear();
+      cb = exit_callback_;
+    }
+    van_.Reset();
+    return cb;
+  }
 
   void StartAs(int customer_id, int role, bool do_barrier) {
     {
@@ -234,12 +259,13 @@ class Postoffice {
   }
   const ps_node_info& info_locked() const {
     if (!have_info_) {
-      detail::CheckOK(ps_node_info_get(&info_), "Postoffice");
+      detail::CheckOK(ps_node_info_get(slot_, &info_), "Postoffice");
       have_info_ = true;
     }
     return info_;
   }
 
+  const int slot_;
   Van van_;
   mutable std::mutex mu_;
   mutable bool have_info_ = false;

@@ -82,7 +82,7 @@ class Van {
     std::lock_guard<std::mutex> lk(mu_);
     if (!have_node_) {
       ps_node_info info;
-      detail::CheckOK(ps_node_info_get(&info), "Van::my_node");
+      detail::CheckOK(ps_node_info_get(slot_, &info), "Van::my_node");
       CHECK(info.ready) << "call Start() first";
       my_node_.role = static_cast<Node::Role>(info.role);
       my_node_.id = info.id;
@@ -101,7 +101,7 @@ class Van {
   /* Whether the node is registered and connected. */
   bool IsReady() {
     ps_node_info info;
-    char* err = ps_node_info_get(&info);
+    char* err = ps_node_info_get(slot_, &info);
     if (err != nullptr) {
       ps_free(err);
       return false;
@@ -130,6 +130,7 @@ class Van {
     have_node_ = false;
   }
 
+  int slot_ = PS_SLOT_MAIN;  // the Postoffice's node (set by Postoffice)
   mutable std::mutex mu_;
   mutable bool have_node_ = false;
   mutable Node my_node_;
