@@ -562,6 +562,7 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 	m.Meta.Ext.Iteration = o.iter
 	m.AddData(message.Uint64, KeysToBytes(o.keys[s.ka:s.kb]))
 	if o.push {
+		m.Meta.Raw = requestRaw(o.dt, o.vals[s.va:s.vb])
 		m.AddData(o.dt, o.vals[s.va:s.vb])
 		if len(o.lensIn) > 0 {
 			m.AddData(message.Int32, LensToBytes(o.lensIn[s.ka:s.kb]))
