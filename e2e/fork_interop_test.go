@@ -33,9 +33,7 @@ func TestInteropWithForkPsLite(t *testing.T) {
 	_, err := os.Stat(forkKV)
 	require.NoError(t, err, "%s=%s has no fork_kv: rebuild it with scripts/build-fork.sh", forkBuildEnv, dir)
 	fork := []string{forkKV}
-	goSched := []string{elasticpsBin, "scheduler"}
-	goServer := []string{elasticpsBin, "server"}
-	goWorker := []string{selfExe(t)}
+	goSched, goServer, goWorker := goRoleCommands(t)
 	cases := []struct {
 		name                  string
 		sched, server, worker []string
@@ -59,4 +57,10 @@ func TestInteropWithForkPsLite(t *testing.T) {
 			fmt.Fprintf(os.Stderr, "PASS %s\n", tc.name)
 		})
 	}
+}
+
+// goRoleCommands are the Go nodes of the mixed jobs: the elasticps CLI as
+// scheduler and server, this test binary as the kv worker.
+func goRoleCommands(t *testing.T) (sched, server, worker []string) {
+	return []string{elasticpsBin, "scheduler"}, []string{elasticpsBin, "server"}, []string{selfExe(t)}
 }
