@@ -22,9 +22,7 @@ func TestInteropWithCppPsLite(t *testing.T) {
 		t.Skip("PSLITE_REF_TESTS is not set: build dmlc/ps-lite's tests and point it at their directory to run the mixed Go/C++ jobs")
 	}
 	cpp := func(name string) []string { return []string{filepath.Join(dir, name)} }
-	goSched := []string{elasticpsBin, "scheduler"}
-	goServer := []string{elasticpsBin, "server"}
-	goWorker := []string{selfExe(t)}
+	goSched, goServer, goWorker := goRoleCommands(t)
 	cases := []struct {
 		name                  string
 		sched, server, worker []string

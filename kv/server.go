@@ -25,6 +25,10 @@ type ReqMeta struct {
 	// before responding to answer with another type.
 	DataType message.DataType
 	Priority int32
+	// Raw is the request's BytePS-fork fields (PS_WIRE=bytedance; zero
+	// otherwise). Response echoes its Key, Addr, ValLen and Option, as the
+	// fork's KVServer does (rawfields.go).
+	Raw message.RawFields
 
 	state    *reqState     // nil for a ReqMeta built by hand
 	admitted Admitted      // the gate's record, told when answered
@@ -291,6 +295,7 @@ func (s *Server) responseTo(meta ReqMeta, m *message.Message) *message.Message {
 	m.Meta.Head = meta.Cmd
 	m.Meta.Timestamp = meta.Timestamp
 	m.Meta.Recver = meta.Sender
+	m.Meta.Raw = echoRaw(meta.Raw)
 	return m
 }
 
@@ -332,6 +337,7 @@ func (s *Server) process(m *message.Message, localErr error) bool {
 		CustomerID: m.Meta.CustomerID,
 		DataType:   message.Float,
 		Priority:   m.Meta.Priority,
+		Raw:        m.Meta.Raw,
 		state:      &reqState{},
 		capture:    capture,
 		received:   time.Now(),

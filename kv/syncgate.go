@@ -435,7 +435,7 @@ func (g *SyncGate) Close() {
 // requestMeta is the ReqMeta a response to request m needs.
 func requestMeta(m *message.Message) ReqMeta {
 	return ReqMeta{Cmd: m.Meta.Head, Push: m.Meta.Push, Pull: m.Meta.Pull, Sender: m.Meta.Sender,
-		Timestamp: m.Meta.Timestamp, CustomerID: m.Meta.CustomerID, Priority: m.Meta.Priority}
+		Timestamp: m.Meta.Timestamp, CustomerID: m.Meta.CustomerID, Priority: m.Meta.Priority, Raw: m.Meta.Raw}
 }
 
 // Stats returns the controller's counts and the total time requests

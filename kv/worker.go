@@ -594,6 +594,7 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 	}
 	m.AddData(message.Uint64, KeysToBytes(keys))
 	if o.push {
+		m.Meta.Raw = requestRaw(o.dt, vals)
 		m.AddData(o.dt, vals)
 		if len(lens) > 0 {
 			m.AddData(message.Int32, LensToBytes(lens))

@@ -258,7 +258,7 @@ func (p *Postoffice) authorized(m *message.Message) bool {
 			p.refuseRelease(m, refuseNotSched, "TERMINATE from a node other than the scheduler")
 			return false
 		}
-	case cmd == message.CmdBarrier && !m.Meta.Request:
+	case isBarrierCmd(cmd) && !m.Meta.Request:
 		if from != message.SchedulerID {
 			p.refuseRelease(m, refuseNotSched, "barrier release from a node other than the scheduler")
 			return false

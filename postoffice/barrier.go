@@ -3,6 +3,7 @@ package postoffice
 import (
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/elasticps/elasticps/message"
 )
@@ -11,6 +12,11 @@ import (
 // (ps::Postoffice::Barrier). One response releases every customer of this
 // process that is waiting, not only customer 0.
 func (p *Postoffice) Barrier(customerID int, group int) error {
+	return p.barrier(customerID, group, message.CmdBarrier)
+}
+
+// barrier is Barrier with the request's command (see lifecycleBarrier).
+func (p *Postoffice) barrier(customerID int, group int, cmd message.Command) error {
 	ids := p.NodeIDs(group)
 	if len(ids) <= 1 {
 		return nil
@@ -32,9 +38,9 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 		_ = old
 		return fmt.Errorf("postoffice: customer %d is already in a barrier", customerID)
 	}
-	p.barrierWait[int32(customerID)] = barrierWaiter{done: ch, group: int32(group)}
+	p.barrierWait[int32(customerID)] = barrierWaiter{done: ch, group: int32(group), cmd: cmd}
 	p.mu.Unlock()
-	if err := p.sendBarrier(int32(customerID), int32(group)); err != nil && !p.awaitsScheduler(err) {
+	if err := p.sendBarrier(int32(customerID), int32(group), cmd); err != nil && !p.awaitsScheduler(err) {
 		p.mu.Lock()
 		delete(p.barrierWait, int32(customerID))
 		p.mu.Unlock()
@@ -77,16 +83,18 @@ func (p *Postoffice) awaitsScheduler(err error) bool {
 type barrierWaiter struct {
 	done  chan struct{} // closed on release
 	group int32
+	cmd   message.Command // CmdBarrier or CmdInstanceBarrier
 }
 
-// sendBarrier sends customer's BARRIER request for group to the scheduler.
-func (p *Postoffice) sendBarrier(customer, group int32) error {
+// sendBarrier sends customer's barrier request (cmd) for group to the
+// scheduler.
+func (p *Postoffice) sendBarrier(customer, group int32, cmd message.Command) error {
 	m := &message.Message{Meta: message.NewMeta()}
 	m.Meta.Recver = message.SchedulerID
 	m.Meta.Request = true
 	m.Meta.AppID = 0
 	m.Meta.CustomerID = customer
-	m.Meta.Control.Cmd = message.CmdBarrier
+	m.Meta.Control.Cmd = cmd
 	m.Meta.Control.BarrierGroup = group
 	return p.sendControl(m)
 }
@@ -95,14 +103,12 @@ func (p *Postoffice) sendBarrier(customer, group int32) error {
 // again (to a scheduler that came back: it counts each arrival once).
 func (p *Postoffice) resendBarriers() {
 	p.mu.Lock()
-	waiting := make(map[int32]int32, len(p.barrierWait))
-	for c, w := range p.barrierWait {
-		waiting[c] = w.group
-	}
+	waiting := make(map[int32]barrierWaiter, len(p.barrierWait))
+	maps.Copy(waiting, p.barrierWait)
 	p.mu.Unlock()
-	for c, g := range waiting {
-		if err := p.sendBarrier(c, g); err != nil {
-			p.log.Warn("barrier request not sent again", "group", g, "err", err)
+	for c, w := range waiting {
+		if err := p.sendBarrier(c, w.group, w.cmd); err != nil {
+			p.log.Warn("barrier request not sent again", "group", w.group, "err", err)
 		}
 	}
 }

@@ -138,7 +138,7 @@ func (p *Postoffice) handle(m *message.Message) {
 	switch {
 	case m.Meta.Control.Cmd == message.CmdAck:
 		// handled by the resender; an ACK without a resender is harmless
-	case m.Meta.Control.Cmd == message.CmdBarrier && !m.Meta.Request:
+	case isBarrierCmd(m.Meta.Control.Cmd) && !m.Meta.Request:
 		p.releaseBarrier()
 	case p.driver != nil:
 		p.driver.control(m) // the scheduler's requests
@@ -153,7 +153,7 @@ func (p *Postoffice) handleAsNode(m *message.Message) {
 	switch m.Meta.Control.Cmd {
 	case message.CmdAddNode:
 		p.nodeAddNode(m)
-	case message.CmdBarrier:
+	case message.CmdBarrier, message.CmdInstanceBarrier:
 		p.reject(fmt.Errorf("BARRIER request from node %d reached a %s; only the scheduler counts barriers", m.Meta.Sender, p.cfg.Role))
 	case message.CmdHeartbeat:
 		if m.Meta.Sender != message.SchedulerID {

@@ -43,7 +43,7 @@ func (p *Postoffice) StartWithBarrier(customerID int) error {
 	if err := p.Start(customerID); err != nil {
 		return err
 	}
-	return p.Barrier(customerID, message.AllGroup)
+	return p.JobBarrier(customerID)
 }
 
 func (p *Postoffice) startOnce() error {
@@ -112,7 +112,7 @@ func (p *Postoffice) Finalize(customerID int, barrier bool) error {
 		<-p.stopped
 		err = ErrStopped
 	case barrier:
-		err = p.Barrier(customerID, message.AllGroup)
+		err = p.JobBarrier(customerID)
 	}
 	if customerID == 0 {
 		p.awaitFailovers(failoverWait)

@@ -336,7 +336,7 @@ func (r *resender) resendDue(now time.Time) {
 // endCritical reports whether the job's end depends on m's delivery: a
 // barrier release (the final one lets the nodes finalize).
 func endCritical(m *message.Message) bool {
-	return m.Meta.Control.Cmd == message.CmdBarrier && !m.Meta.Request
+	return isBarrierCmd(m.Meta.Control.Cmd) && !m.Meta.Request
 }
 
 // unackedCritical lists the end-critical messages not acknowledged yet.

@@ -164,6 +164,8 @@ func (d *schedulerDriver) step(s *scheduler.State, m *message.Message) scheduler
 		return s.AddNode(time.Now(), m.Meta.Sender, m.Meta.Control.Nodes[0])
 	case message.CmdBarrier:
 		return s.Barrier(m.Meta.Sender, m.Meta.AppID, m.Meta.CustomerID, m.Meta.Control.BarrierGroup)
+	case message.CmdInstanceBarrier:
+		return s.InstanceBarrier(m.Meta.Sender, m.Meta.AppID, m.Meta.CustomerID, m.Meta.Control.BarrierGroup)
 	case message.CmdHeartbeat:
 		if m.Meta.Sender == message.Empty {
 			return rejected(errors.New("HEARTBEAT from an unregistered node"))

@@ -108,6 +108,7 @@ type State struct {
 	shared     map[int32]int32  // alias id -> real id (multi-customer processes)
 	heartbeats map[int32]time.Time
 	barrier    map[int]map[arrival]bool // group -> who has arrived this round
+	instance   map[arrival]bool         // waiting arrivals that came as INSTANCE_BARRIER
 	groups     map[int][]int32
 	waiting    []message.Node // restarted nodes waiting for a dead node to replace
 	left       map[int32]bool // drained servers that left the job (scale-in)
@@ -623,7 +624,7 @@ func (s *State) barrierRelease(to, appID, customerID, group int32) *message.Mess
 	m.Meta.Recver = to
 	m.Meta.AppID = appID
 	m.Meta.CustomerID = customerID
-	m.Meta.Control.Cmd = message.CmdBarrier
+	m.Meta.Control.Cmd = s.releaseCmd(to, customerID)
 	// ps-lite sends uninitialised memory here; we send the group.
 	m.Meta.Control.BarrierGroup = group
 	return m
@@ -653,7 +654,7 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 		return a
 	}
 	delete(s.barrier, group)
-	for _, id := range members {
+	for _, id := range s.releaseOrder(members) {
 		if s.IsAlias(id) || s.left[id] || s.isDead(id) {
 			continue
 		}

@@ -232,7 +232,7 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 	// start barrier, which the others passed long ago (MXNet and BytePS do
 	// the same after a recovery).
 	if !po.IsRecovery() && !po.IsStandby() {
-		if err := po.Barrier(0, message.AllGroup); err != nil {
+		if err := po.JobBarrier(0); err != nil {
 			return fmt.Errorf("%s start barrier: %w", role, err)
 		}
 	}
@@ -252,7 +252,7 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 		return ctx.Err()
 	}
 	if bal != nil {
-		if err := po.Barrier(0, message.AllGroup); err != nil {
+		if err := po.JobBarrier(0); err != nil {
 			return fmt.Errorf("%s finalize: %w", role, err)
 		}
 		bal.Coordinator().ReleaseStandbys()

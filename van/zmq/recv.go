@@ -97,7 +97,7 @@ func (t *Transport) Recv() (*message.Message, error) {
 // that the next call starts at a message boundary. Caller holds t.recvMu.
 func (t *Transport) recvLocked() (*message.Message, error) {
 	in := t.in
-	rc := C.eps_recv(t.router.p, in.c, 1)
+	rc := t.recvInto(in, true)
 	if rc == C.EAGAIN {
 		// Nothing queued: before this goroutine blocks in libzmq, holding
 		// its thread and its P, let the goroutines it readied with the
@@ -110,7 +110,7 @@ func (t *Transport) recvLocked() (*message.Message, error) {
 		// stream in: while the goroutines it woke run, nothing watches
 		// the descriptor.)
 		runtime.Gosched()
-		rc = C.eps_recv(t.router.p, in.c, 0)
+		rc = t.recvInto(in, false)
 	}
 	if rc != 0 {
 		return nil, t.recvErr(errno(rc))

@@ -197,6 +197,10 @@ func (t *Transport) sendLocked(p *peer, id int32, msg *message.Message) (int, er
 
 	res := C.eps_send(p.sock.p, o.frames, C.int(n))
 	if res.err == 0 {
+		if p.fwd != nil {
+			// The send may have taken the wakeup of an answer (dealerin.go).
+			_, _ = t.forwardLocked(p, id)
+		}
 		return total, nil
 	}
 	handed := res.handed

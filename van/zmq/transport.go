@@ -75,6 +75,9 @@ type Transport struct {
 	in     *inBuf      // guarded by recvMu; the frames of the last message
 	idents identCache  // guarded by recvMu; identity.go
 	bound  atomic.Bool // router != nil; readable without recvMu
+	// dealerIn receives what fork nodes answer on DEALERs (dealerin.go);
+	// nil unless PS_WIRE=bytedance. Guarded by recvMu.
+	dealerIn *dealerIn
 
 	// ipcFile is the socket file Bind created in Local mode (nil
 	// otherwise). libzmq leaves it behind; Close removes it if it is still
@@ -92,11 +95,12 @@ var _ van.Transport = (*Transport)(nil)
 // peer is the sending side of one connection: a DEALER and the C buffers
 // its messages are staged in.
 type peer struct {
-	mu    sync.Mutex // serialises Send: libzmq sockets are not thread-safe
-	sock  *zsocket   // guarded by mu; nil once closed (replaced, failed or Close)
-	out   outBuf     // guarded by mu; freed with the socket
-	addr  string     // endpoint dialled; immutable
-	ident string     // ZMQ_IDENTITY, "" if anonymous; immutable
+	mu    sync.Mutex     // serialises Send: libzmq sockets are not thread-safe
+	sock  *zsocket       // guarded by mu; nil once closed (replaced, failed or Close)
+	out   outBuf         // guarded by mu; freed with the socket
+	addr  string         // endpoint dialled; immutable
+	ident string         // ZMQ_IDENTITY, "" if anonymous; immutable
+	fwd   *dealerForward // guarded by mu; nil unless answers arrive on sock (dealerin.go)
 }
 
 // New creates a Transport with its own ZeroMQ context. It opens no socket
@@ -173,6 +177,11 @@ func (t *Transport) Bind(node message.Node, maxRetry int) (int, error) {
 	}
 	port, err := t.bindRetry(sock, node, maxRetry)
 	if err != nil {
+		_ = sock.close()
+		in.free()
+		return 0, err
+	}
+	if err := t.startDealerIn(); err != nil {
 		_ = sock.close()
 		in.free()
 		return 0, err
@@ -392,7 +401,13 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 		t.mu.Unlock()
 		return fmt.Errorf("van/zmq: connect to node %d at %s: %w", node.ID, endpoint, err)
 	}
-	t.peers[node.ID] = &peer{sock: sock, addr: endpoint, ident: ident}
+	p := &peer{sock: sock, addr: endpoint, ident: ident}
+	if err := t.watchDealer(p, node, myID); err != nil {
+		_ = sock.close()
+		t.mu.Unlock()
+		return fmt.Errorf("van/zmq: connect to node %d at %s: %w", node.ID, endpoint, err)
+	}
+	t.peers[node.ID] = p
 	t.mu.Unlock()
 
 	if old != nil {
@@ -460,6 +475,10 @@ func (p *peer) close(linger time.Duration) {
 	_ = p.sock.close()
 	p.sock = nil
 	p.out.free()
+	if p.fwd != nil {
+		p.fwd.close()
+		p.fwd = nil
+	}
 }
 
 // Close implements van.Transport. It closes every socket with LINGER 0
@@ -494,6 +513,7 @@ func (t *Transport) close() error {
 		t.in.free()
 		t.in = nil
 	}
+	t.closeDealerIn()
 	if t.ipcFile != nil {
 		t.ipcFile.remove()
 		t.ipcFile = nil
