@@ -102,7 +102,7 @@ func (a *app) checkStateHook() {
 	if h == hookUnset || a.hookChecked.Swap(true) {
 		return
 	}
-	if h == hookNone && a.elastic != nil {
+	if h == hookNone && a.elastic != nil && a.elastic.Enabled() {
 		a.po.Logger().Warn(stateHookWarning(a.po.Config().Replicas))
 	}
 }
