@@ -254,28 +254,18 @@ func TestAuthTokenEnv(t *testing.T) {
 	require.NoError(t, os.WriteFile(good, []byte("from-file\nignored\n"), 0o600))
 	empty := filepath.Join(dir, "empty")
 	require.NoError(t, os.WriteFile(empty, []byte("\n"), 0o600))
-	base := map[string]string{"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "1"}
-	env := func(extra map[string]string) postoffice.Getenv {
-		return func(k string) (string, bool) {
-			if v, ok := extra[k]; ok {
-				return v, true
-			}
-			v, ok := base[k]
-			return v, ok
-		}
-	}
-	c, err := postoffice.ConfigFromEnv(env(map[string]string{"PS_AUTH_TOKEN_FILE": good}))
+	c, err := postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_AUTH_TOKEN_FILE": good}))
 	require.NoError(t, err)
 	assert.Equal(t, "from-file", c.AuthToken)
-	c, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_AUTH_TOKEN": "t"}))
+	c, err = postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_AUTH_TOKEN": "t"}))
 	require.NoError(t, err)
 	assert.Equal(t, "t", c.AuthToken)
-	_, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_AUTH_TOKEN_FILE": filepath.Join(dir, "missing")}))
+	_, err = postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_AUTH_TOKEN_FILE": filepath.Join(dir, "missing")}))
 	assert.ErrorContains(t, err, "PS_AUTH_TOKEN_FILE: cannot read the job's token")
 	assert.ErrorContains(t, err, "missing")
-	_, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_AUTH_TOKEN_FILE": empty}))
+	_, err = postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_AUTH_TOKEN_FILE": empty}))
 	assert.ErrorContains(t, err, "the first line is empty")
-	_, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_AUTH_TOKEN": "t", "PS_AUTH_TOKEN_FILE": good}))
+	_, err = postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_AUTH_TOKEN": "t", "PS_AUTH_TOKEN_FILE": good}))
 	assert.ErrorContains(t, err, "both PS_AUTH_TOKEN and PS_AUTH_TOKEN_FILE")
 }
 
@@ -295,4 +285,17 @@ func TestAuthOpenJob(t *testing.T) {
 	testutil.WaitFor(t, 10*time.Second, func() bool { return w.AuthRefused("not_scheduler") == 1 }, func() string { return logs.String() })
 	pushPullSums(t, j)
 	assert.Equal(t, 1, strings.Count(logs.String(), "the job is open"))
+}
+
+// workerEnv is a one-worker job's environment with extra's variables set
+// on top, for the tests of ConfigFromEnv's refusals.
+func workerEnv(extra map[string]string) postoffice.Getenv {
+	base := map[string]string{"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "1"}
+	return func(k string) (string, bool) {
+		if v, ok := extra[k]; ok {
+			return v, true
+		}
+		v, ok := base[k]
+		return v, ok
+	}
 }

@@ -70,24 +70,14 @@ func TestEncryptEnv(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "curve.key")
 	require.NoError(t, os.WriteFile(keyFile, make([]byte, 32), 0o600))
-	base := map[string]string{"DMLC_ROLE": "worker", "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": "9000", "DMLC_NUM_SERVER": "1", "DMLC_NUM_WORKER": "1"}
-	env := func(extra map[string]string) postoffice.Getenv {
-		return func(k string) (string, bool) {
-			if v, ok := extra[k]; ok {
-				return v, true
-			}
-			v, ok := base[k]
-			return v, ok
-		}
-	}
-	c, err := postoffice.ConfigFromEnv(env(nil))
+	c, err := postoffice.ConfigFromEnv(workerEnv(nil))
 	require.NoError(t, err)
 	assert.Nil(t, c.Encryption, "off by default")
-	c, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_ENCRYPT": "on", "PS_AUTH_TOKEN": "t"}))
+	c, err = postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_ENCRYPT": "on", "PS_AUTH_TOKEN": "t"}))
 	require.NoError(t, err)
 	require.NotNil(t, c.Encryption)
 	assert.Equal(t, []byte("t"), c.Encryption.Secret)
-	c, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_ENCRYPT": "on", "PS_CURVE_SECRET_KEY_FILE": keyFile}))
+	c, err = postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_ENCRYPT": "on", "PS_CURVE_SECRET_KEY_FILE": keyFile}))
 	require.NoError(t, err, "a key file needs no token")
 	assert.Equal(t, keyFile, c.Encryption.CurveSecretKeyFile)
 
@@ -102,13 +92,13 @@ func TestEncryptEnv(t *testing.T) {
 		{map[string]string{"PS_ENCRYPT": "on", "DMLC_PS_VAN_TYPE": "tcp", "PS_CURVE_SECRET_KEY_FILE": keyFile}, "PS_AUTH_TOKEN", "PS_TLS_CERT_FILE"},
 		{map[string]string{"PS_CURVE_SECRET_KEY_FILE": keyFile}, "PS_ENCRYPT", "only encryption reads it"},
 	} {
-		_, err := postoffice.ConfigFromEnv(env(tc.env))
+		_, err := postoffice.ConfigFromEnv(workerEnv(tc.env))
 		require.True(t, errors.As(err, &ee), "%v: %v", tc.env, err)
 		assert.Equal(t, tc.variable, ee.Var)
 		assert.ErrorContains(t, err, tc.wantInMsg)
 	}
 
-	c, err = postoffice.ConfigFromEnv(env(map[string]string{"PS_ENCRYPT": "on", "PS_AUTH_TOKEN": "t", "DMLC_PS_VAN_TYPE": "shm"}))
+	c, err = postoffice.ConfigFromEnv(workerEnv(map[string]string{"PS_ENCRYPT": "on", "PS_AUTH_TOKEN": "t", "DMLC_PS_VAN_TYPE": "shm"}))
 	require.NoError(t, err)
 	_, err = postoffice.NewTransport(c)
 	assert.ErrorContains(t, err, "PS_ENCRYPT=on needs DMLC_PS_VAN_TYPE=zmq (CURVE) or tcp (TLS)")
