@@ -347,6 +347,13 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 	}
 	lo, hi := keys[0], keys[len(keys)-1]
 	seq, push := m.Meta.Ext.PushSeq, m.Meta.Push
+	// A request the sync controller let run already was counted here (a
+	// push's clock): it is applied here whatever cut-over came since. A
+	// cut's export waits for it (SyncGate.Pending), and its push number
+	// goes into the cut's received counts below. Redirected, its clock
+	// would stay counted without its values, and another worker's pull of
+	// the round would run without them.
+	decided := e.sync != nil && e.sync.ReadmittingDecided(m)
 	for _, in := range e.ins {
 		if overlaps(lo, hi+1, in.mv.Begin, in.mv.End) {
 			in.parked = append(in.parked, m)
@@ -364,7 +371,7 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 			go e.redirect(m, c.mv.Epoch+1)
 			return nil, false
 		}
-		if seq >= c.seq {
+		if seq >= c.seq && !decided {
 			go e.redirect(m, c.mv.Epoch)
 			return nil, false
 		}
@@ -377,7 +384,7 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 	me := e.me()
 	for ; i < len(e.routes.Intervals) && e.routes.Intervals[i].Begin <= hi; i++ {
 		iv := &e.routes.Intervals[i]
-		if iv.Dest(seq) != me {
+		if iv.Dest(seq) != me && !decided {
 			go e.redirect(m, e.routes.Epoch)
 			return nil, false
 		}

@@ -298,6 +298,17 @@ func (g *SyncGate) Readmitting(m *message.Message) bool {
 	return g.sent != nil && g.sent.m == m
 }
 
+// ReadmittingDecided reports whether m is the request on its way back
+// (Readmitting) and the controller already let it run: it counted m (a
+// push's clock), so m must reach the handler here; diverting it would leave
+// the count without the values (a pull of another worker would be let run
+// without them).
+func (g *SyncGate) ReadmittingDecided(m *message.Message) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.sent != nil && g.sent.m == m && g.sent.decided
+}
+
 // PushPending is Pending for pushes only: a push that touches keys
 // [begin, end) was let run and has not reached the handler yet.
 func (g *SyncGate) PushPending(begin, end uint64) bool {
