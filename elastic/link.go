@@ -93,18 +93,37 @@ func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) 
 	l.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case d := <-ch:
-		return answer(node, d)
-	case <-t.C:
+	forget := func() {
 		l.mu.Lock()
 		delete(l.waiters, ts)
 		l.mu.Unlock()
-		name := MessageName(head)
-		l.metrics.ControlUnansweredTotal.WithLabelValues(strconv.Itoa(int(node)), name).Inc()
-		return nil, fmt.Errorf("elastic: node %d: %w to %s (request %d) within %v", node, ErrNoAnswer, name, ts, timeout)
-	case <-l.po.Done():
-		return nil, postoffice.ErrStopped
+	}
+	for {
+		// A node declared dead answers nothing: waiting for the timeout
+		// would only hold up what comes next (a failover waits for the
+		// move that called it).
+		changed := l.po.GoneChanged()
+		if g, ok := l.po.Gone(node); ok && g.Dead {
+			select {
+			case d := <-ch: // it answered before it died
+				return answer(node, d)
+			default:
+			}
+			forget()
+			return nil, fmt.Errorf("elastic: node %d: %w (%s) before it answered %s (request %d)", node, ErrNodeDead, g.Reason, MessageName(head), ts)
+		}
+		select {
+		case d := <-ch:
+			return answer(node, d)
+		case <-changed:
+		case <-t.C:
+			forget()
+			name := MessageName(head)
+			l.metrics.ControlUnansweredTotal.WithLabelValues(strconv.Itoa(int(node)), name).Inc()
+			return nil, fmt.Errorf("elastic: node %d: %w to %s (request %d) within %v", node, ErrNoAnswer, name, ts, timeout)
+		case <-l.po.Done():
+			return nil, postoffice.ErrStopped
+		}
 	}
 }
 

@@ -99,6 +99,10 @@ func MessageName(head int32) string {
 // elasticps_elastic_unanswered_total{node,message} on the calling node.
 var ErrNoAnswer = errors.New("no answer")
 
+// ErrNodeDead is the error of a Call to a node that the job declared dead
+// (heartbeats, memberlist) while the call waited.
+var ErrNodeDead = errors.New("declared dead")
+
 // Move names one migration: keys [Begin, End) go from node From to node
 // To, in routing epoch Epoch.
 type Move struct {

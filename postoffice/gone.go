@@ -188,6 +188,19 @@ func (p *Postoffice) Gone(id int32) (GoneNode, bool) {
 	return GoneNode{}, false
 }
 
+// GoneChanged returns a channel that is closed at the next change of what
+// this node knows of lost nodes (a death, a departure, a failover's
+// outcome): a caller waiting on a node re-checks Gone when it closes.
+func (p *Postoffice) GoneChanged() <-chan struct{} {
+	t := &p.gone
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.changed == nil {
+		t.changed = make(chan struct{})
+	}
+	return t.changed
+}
+
 // Failure returns nil, or an error wrapping ErrNodesLost that names every
 // node whose loss makes the job's results incomplete: each server that
 // died (its state is lost, even if a restarted process took its id) unless

@@ -200,12 +200,10 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	if !c.isServer(to) {
 		return res, fmt.Errorf("coord: node %d is not a server of this job", to)
 	}
-	for _, id := range []int32{from, to} {
-		if g, ok := c.po.Gone(id); ok && g.Dead {
-			// It would answer nothing: the move would only hold up the
-			// failover (one reconfiguration at a time) until its timeout.
-			return res, fmt.Errorf("coord: keys [%d, %d) cannot move from node %d to node %d: node %d is dead (%s)", begin, end, from, to, id, g.Reason)
-		}
+	if id, why, dead := c.deadOf(from, to); dead {
+		// It would answer nothing: the move would only hold up the
+		// failover (one reconfiguration at a time) until its timeout.
+		return res, fmt.Errorf("coord: keys [%d, %d) cannot move from node %d to node %d: node %d is dead (%s)", begin, end, from, to, id, why)
 	}
 	if err := c.canReplicateMove(r0, begin, end, to); err != nil {
 		return res, err
@@ -237,14 +235,12 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		c.rollback(r1, mv, false)
 		return c.finish(res, err)
 	}
-	var ex export
-	select {
-	case ex = <-c.exports:
-	case <-time.After(c.Timeout):
-		c.rollback(r1, mv, false)
-		return c.finish(res, fmt.Errorf("coord: node %d did not export keys [%d, %d) within %v", from, begin, end, c.Timeout))
-	case <-c.po.Done():
-		return c.finish(res, postoffice.ErrStopped)
+	ex, err := c.awaitExport(mv)
+	if err != nil {
+		if !errors.Is(err, postoffice.ErrStopped) {
+			c.rollback(r1, mv, false)
+		}
+		return c.finish(res, err)
 	}
 	if ex.mv != mv {
 		return c.finish(res, fmt.Errorf("coord: node %d exported %+v while %+v was moving", from, ex.mv, mv))
@@ -273,6 +269,45 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		return c.finish(res, err)
 	}
 	return c.finish(res, nil)
+}
+
+// awaitExport waits for the old owner's export of mv, up to Timeout. It
+// gives up at once when the old or the new owner is declared dead: the
+// failover of a dead server waits for the move, so the move must not wait
+// for its timeout.
+func (c *Coordinator) awaitExport(mv elastic.Move) (export, error) {
+	deadline := time.NewTimer(c.Timeout)
+	defer deadline.Stop()
+	for {
+		changed := c.po.GoneChanged()
+		select {
+		case ex := <-c.exports: // exported before a death: the move goes on with it
+			return ex, nil
+		default:
+		}
+		if id, why, dead := c.deadOf(mv.From, mv.To); dead {
+			return export{}, fmt.Errorf("coord: node %d died (%s) before node %d exported keys [%d, %d); the move is rolled back", id, why, mv.From, mv.Begin, mv.End)
+		}
+		select {
+		case ex := <-c.exports:
+			return ex, nil
+		case <-changed:
+		case <-deadline.C:
+			return export{}, fmt.Errorf("coord: node %d did not export keys [%d, %d) within %v", mv.From, mv.Begin, mv.End, c.Timeout)
+		case <-c.po.Done():
+			return export{}, postoffice.ErrStopped
+		}
+	}
+}
+
+// deadOf returns the first of ids that the job declared dead, and why.
+func (c *Coordinator) deadOf(ids ...int32) (id int32, why string, dead bool) {
+	for _, id := range ids {
+		if g, ok := c.po.Gone(id); ok && g.Dead {
+			return id, g.Reason, true
+		}
+	}
+	return 0, "", false
 }
 
 func (c *Coordinator) finish(res Result, err error) (Result, error) {

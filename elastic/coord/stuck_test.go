@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/elastic"
+	itestutil "github.com/elasticps/elasticps/internal/testutil"
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 )
@@ -99,6 +101,51 @@ func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "abort")))
 	require.GreaterOrEqual(t, testutil.ToFloat64(unanswered.WithLabelValues(strconv.Itoa(int(stuck)), "routes")), 1.0)
 	require.Equal(t, from, j.coord.Table().Current().Intervals[j.coord.Table().Current().Find(keys[0])].Node)
+
+	wg.Wait()
+	j.requireSums(t, keys, vals, rounds*nw)
+}
+
+// A move whose new owner dies before it acknowledged the move's routing
+// table ends when the job declares that server dead, not at the
+// coordinator's timeout (10 minutes here): a dead server's failover waits
+// for the move in progress. The keys stay on the old owner, the error
+// names the dead server, and the sums stay exact.
+func TestMoveEndsWhenItsServerDies(t *testing.T) {
+	const ns, nw, rounds = 2, 2, 200
+	j := startJobWith(t, ns, nw, jobOpts{stuckServer: true, configure: func(c *postoffice.Config) {
+		c.Elastic = true
+		c.HeartbeatInterval, c.HeartbeatTimeout = 200*time.Millisecond, 3*time.Second
+	}})
+	j.coord.Timeout = 10 * time.Minute
+	stuck := j.stuck.MyNode().ID
+	var keys []uint64 // the real servers' keys: the stuck one serves nothing
+	var vals []float32
+	for rank, r := range j.workers[0].ServerKeyRanges() {
+		if int32(message.ServerRankToID(rank)) != stuck {
+			keys = append(keys, r.Begin, r.Begin+1)
+			vals = append(vals, float32(10*rank+1), float32(10*rank+2))
+		}
+	}
+	from, _ := owner(j.coord.Table().Current(), keys[0], keys[0]+1)
+	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
+	require.Eventually(t, func() bool { return done.Load() >= 20 }, 30*time.Second, time.Millisecond)
+
+	epoch := j.coord.Table().Epoch()
+	moved := make(chan error, 1)
+	go func() {
+		_, err := j.coord.Move(keys[0], keys[0]+1, stuck)
+		moved <- err
+	}()
+	// The move's first table is out (its new owner does not acknowledge
+	// it): the new owner dies.
+	require.Eventually(t, func() bool { return j.coord.Table().Epoch() > epoch }, 30*time.Second, time.Millisecond)
+	j.stuck.Stop()
+	err := itestutil.Recv(t, moved, 60*time.Second, func() string { return "the move waited for its timeout after its new owner died" })
+	require.ErrorIs(t, err, elastic.ErrNodeDead)
+	require.ErrorContains(t, err, fmt.Sprintf("node %d", stuck))
+	r := j.coord.Table().Current()
+	require.Equal(t, from, r.Intervals[r.Find(keys[0])].Node, "the keys stay on the old owner")
 
 	wg.Wait()
 	j.requireSums(t, keys, vals, rounds*nw)
