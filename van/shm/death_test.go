@@ -139,19 +139,18 @@ func runDyingSender(t *testing.T, port string) {
 	p, err := strconv.Atoi(port)
 	require.NoError(t, err)
 	c := dial(t, int32(p))
-	r, err := sendHello(c, 9, 16<<20)
+	o, err := sendHello(c, 9, Config{RingBytes: 16 << 20, StreamBytes: 1 << 16}.layout())
 	require.NoError(t, err)
 	for i, seed := range []byte{3, 4} {
 		msg := kvMsg(8, int32(i), pattern(seed, 1<<20))
-		off, ok := r.alloc(spanOf(msg.Data))
+		off, ok := o.ring.alloc(spanOf(msg.Data))
 		require.True(t, ok)
-		h, iov, _ := encode(nil, nil, msg, r.mem, off)
+		h, iov, _ := encode(nil, nil, msg, o.ring.mem, off)
 		require.Len(t, iov, 1, "frames in the segment")
 		if i == 1 {
 			h = h[:len(h)/2] // dies mid-message
 		}
-		_, err = c.Write(h)
-		require.NoError(t, err)
+		require.NoError(t, o.w.write(h))
 	}
 	os.Stdout.WriteString("ready\n")
 	time.Sleep(time.Minute) // until killed

@@ -52,6 +52,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -68,6 +69,8 @@ const (
 	defaultWaterMark        = 1000
 	defaultRingBytes        = 64 << 20
 	defaultInlineMax        = 32 << 10
+	defaultStreamBytes      = 1 << 20
+	defaultSpin             = 100 * time.Microsecond
 	defaultHandshakeTimeout = 10 * time.Second
 	maxFramesLimit          = 1 << 16
 
@@ -85,8 +88,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Limits.MaxFrames > maxFramesLimit {
 		return cfg, fmt.Errorf("van/shm: Config.Limits.MaxFrames above %d", maxFramesLimit)
 	}
-	if cfg.RingBytes < 0 || cfg.InlineMax < 0 {
-		return cfg, errors.New("van/shm: Config.RingBytes and InlineMax must not be negative")
+	if cfg.RingBytes < 0 || cfg.InlineMax < 0 || cfg.StreamBytes < 0 {
+		return cfg, errors.New("van/shm: Config.RingBytes, InlineMax and StreamBytes must not be negative")
+	}
+	if cfg.StreamBytes > maxStreamBytes {
+		return cfg, fmt.Errorf("van/shm: Config.StreamBytes above %d", maxStreamBytes)
+	}
+	if cfg.StreamBytes == 0 {
+		cfg.StreamBytes = defaultStreamBytes
+	}
+	cfg.StreamBytes = max(minStreamBytes, 1<<bits.Len(uint(cfg.StreamBytes-1)))
+	if cfg.Spin == 0 {
+		cfg.Spin = defaultSpin
 	}
 	if cfg.WaterMark == 0 {
 		cfg.WaterMark = defaultWaterMark
@@ -102,6 +115,13 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.HandshakeTimeout = defaultHandshakeTimeout
 	}
 	return cfg, nil
+}
+
+// layout is the geometry of the segments this transport creates.
+func (cfg Config) layout() layout {
+	l := layout{stream: uint64(cfg.StreamBytes), notes: noteSlots}
+	l.size = l.dataOff() + uint64(cfg.RingBytes)
+	return l
 }
 
 // Transport is a van.Transport over shared memory. Create it with New and
