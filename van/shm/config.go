@@ -17,8 +17,9 @@ import (
 type Config struct {
 	van.Options
 
-	// RingBytes is the size of each connection's shared segment. Pages
-	// are committed as they are first written, and the segment is filled
+	// RingBytes is the size of each connection's data area, the part of
+	// its shared segment for large frames. Pages are committed as they
+	// are first written, and the area is filled
 	// from its start whenever it is empty, so an idle or ping-pong
 	// connection uses about one message's worth. Default 64 MiB.
 	RingBytes int

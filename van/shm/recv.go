@@ -59,7 +59,7 @@ func (v view) end() {
 // id as last given to Connect; messages of one connection arrive in order.
 // Non-empty data frames start 8-byte aligned. Frames of large messages are
 // views of shared memory: Release or Detach must follow (van.Transport),
-// or the sender's segment fills and it falls back to the socket.
+// or the sender's data area fills and it falls back to the stream.
 func (t *Transport) Recv() (*message.Message, error) {
 	if t.closed.Load() {
 		return nil, van.ErrClosed

@@ -44,8 +44,8 @@ func TestRingAllocatesInOrderAndReclaims(t *testing.T) {
 
 // TestFullSegmentFallsBackToSocket: a receiver that keeps messages without
 // releasing them fills the sender's segment; later messages go through the
-// socket, intact, instead of blocking the sender.
-func TestFullSegmentFallsBackToSocket(t *testing.T) {
+// stream, intact, instead of blocking the sender.
+func TestFullSegmentFallsBackToStream(t *testing.T) {
 	server, sn := bindServer(t, Config{RingBytes: 1 << 20})
 	worker, err := New(Config{RingBytes: 1 << 20})
 	require.NoError(t, err)

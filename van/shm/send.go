@@ -78,7 +78,7 @@ func newPeer(t *Transport, id int32, addr string, ident int32) *peer {
 
 // Send implements van.Transport. Data frames totalling at least
 // Config.InlineMax bytes are copied into the connection's segment (the one
-// copy of their bytes), smaller ones written to the socket from msg.Data.
+// copy of their bytes), smaller ones into its message stream.
 // Nothing of msg is referenced after Send returns. While the peer is not
 // connected, messages are copied into a queue of up to WaterMark messages,
 // after which Send blocks.

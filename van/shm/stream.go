@@ -9,6 +9,7 @@ import (
 	"net"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -38,7 +39,6 @@ const (
 	minStreamBytes = 4096
 	maxStreamBytes = 1 << 30
 	maxNoteSlots   = 1 << 20
-	spinCheckEvery = 64
 )
 
 // layout is the geometry of a segment, as the hello announces it.
@@ -192,11 +192,14 @@ func (r *streamReader) Read(p []byte) (int, error) {
 	return int(n), nil
 }
 
-// wait returns how many bytes the stream holds, once it holds some.
+// wait returns how many bytes the stream holds, once it holds some. While
+// it polls, it yields to the process's other goroutines (with one P, the
+// one it handed the last message to) and to other threads of the host
+// (the sender's, on a host with fewer cores than busy threads).
 func (r *streamReader) wait() (uint64, error) {
 	size := uint64(len(r.buf))
 	var start time.Time
-	for i := 0; ; i++ {
+	for polled := false; ; polled = true {
 		head := r.ctl.head.Load()
 		avail := head - r.tail
 		if avail > size {
@@ -205,16 +208,13 @@ func (r *streamReader) wait() (uint64, error) {
 		if avail > 0 {
 			return avail, nil
 		}
-		if r.spin > 0 {
-			if i == 0 {
-				start = time.Now()
-			}
-			if i%spinCheckEvery != 0 || time.Since(start) < r.spin {
-				if i%8 == 7 {
-					runtime.Gosched()
-				}
-				continue
-			}
+		if !polled {
+			start = time.Now()
+		}
+		if r.spin > 0 && time.Since(start) < r.spin {
+			runtime.Gosched()
+			_, _, _ = syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+			continue
 		}
 		r.ctl.asleep.Store(1)
 		if r.ctl.head.Load() != r.tail {
@@ -224,7 +224,8 @@ func (r *streamReader) wait() (uint64, error) {
 		} else if _, err := r.conn.Read(r.bell[:]); err != nil {
 			return 0, err
 		}
-		i = -1
+		polled = false
+		start = time.Time{}
 	}
 }
 
