@@ -42,6 +42,17 @@ func bindServer(t testing.TB, cfg Config) (*Transport, message.Node) {
 	return server, sn
 }
 
+// connectedPair returns a bound server (node id 8) and a worker (id 9)
+// connected to it, both with cfg and closed at the end of the test.
+func connectedPair(t testing.TB, cfg Config) (server, worker *Transport) {
+	server, sn := bindServer(t, cfg)
+	worker, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, worker.Close()) })
+	require.NoError(t, worker.Connect(sn, 9))
+	return server, worker
+}
+
 func pattern(seed byte, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {

@@ -25,11 +25,7 @@ func TestStreamWrapsAndWaits(t *testing.T) {
 	for _, spin := range []time.Duration{-1, 0} {
 		t.Run(spin.String(), func(t *testing.T) {
 			cfg := Config{StreamBytes: 4096, InlineMax: 1 << 30, Spin: spin}
-			server, sn := bindServer(t, cfg)
-			worker, err := New(cfg)
-			require.NoError(t, err)
-			defer func() { assert.NoError(t, worker.Close()) }()
-			require.NoError(t, worker.Connect(sn, 9))
+			server, worker := connectedPair(t, cfg)
 			sizes := []int{10 << 10, 1, 1000, 4096, 3000, 64 << 10}
 			go func() {
 				for i := range 60 {
@@ -53,12 +49,8 @@ func TestStreamWrapsAndWaits(t *testing.T) {
 // so that a segment filled by messages kept and then let go takes large
 // frames again.
 func TestNotesReclaimTheDataArea(t *testing.T) {
-	server, sn := bindServer(t, Config{RingBytes: 1 << 20})
-	worker, err := New(Config{RingBytes: 1 << 20})
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, worker.Close()) }()
-	require.NoError(t, worker.Connect(sn, 9))
-	_, err = worker.Send(kvMsg(8, 0, nil)) // queued until connected: inline
+	server, worker := connectedPair(t, Config{RingBytes: 1 << 20})
+	_, err := worker.Send(kvMsg(8, 0, nil)) // queued until connected: inline
 	require.NoError(t, err)
 	_, err = vantest.RecvWithin(t, server)
 	require.NoError(t, err)
