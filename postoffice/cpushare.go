@@ -39,9 +39,12 @@ func sharedProcs(procs, local, floor int) int {
 }
 
 // procsFloor is the fewest Ps the van needs: 1 when receiving is pure Go
-// (the TCP van waits in the netpoller), else 2.
+// (the TCP van waits in the netpoller; the shm van polls its segment,
+// yielding, then waits there too, and with one P the goroutine it hands a
+// message to runs on its thread at its next yield, without waking
+// another), else 2.
 func procsFloor(van string) int {
-	if van == "tcp" {
+	if van == "tcp" || van == "shm" {
 		return 1
 	}
 	return 2

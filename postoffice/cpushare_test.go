@@ -21,6 +21,7 @@ func TestSharedProcs(t *testing.T) {
 		assert.Equal(t, c.want, sharedProcs(c.procs, c.local, c.floor), "sharedProcs(%d, %d, %d)", c.procs, c.local, c.floor)
 	}
 	assert.Equal(t, 1, procsFloor("tcp"), "procsFloor(tcp)")
+	assert.Equal(t, 1, procsFloor("shm"), "procsFloor(shm)")
 	assert.Equal(t, 2, procsFloor("zmq"), "procsFloor(zmq)")
 	assert.Equal(t, 2, procsFloor("fabric"), "procsFloor(fabric)")
 }

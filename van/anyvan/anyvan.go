@@ -31,7 +31,8 @@ const Kinds = "zmq, tcp, shm, ibverbs, fabric or mem"
 //   - "zmq" (or ""): van/zmq, wire-compatible with C++ ps-lite;
 //   - "tcp": van/tcp, pure Go, for jobs whose nodes are all elasticps;
 //   - "shm": van/shm, shared memory between nodes on one host (Linux),
-//     for jobs whose nodes are all elasticps;
+//     for jobs whose nodes are all elasticps, with its receive polling
+//     read from the environment by shm.ConfigFromEnv (PS_SHM_SPIN_US);
 //   - "ibverbs", "fabric": van/rdma (builds with -tags rdma, else
 //     rdma.ErrNotBuilt), with the BytePS fork's tunables read from the
 //     environment by rdma.ConfigFromEnv (BYTEPS_RDMA_*, FI_PROVIDER,
@@ -56,7 +57,12 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 	case "tcp":
 		return ok(tcp.New(tcp.Config{Options: opts}))
 	case "shm":
-		return ok(shm.New(shm.Config{Options: opts}))
+		cfg, err := shm.ConfigFromEnv(os.LookupEnv)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Options = opts
+		return ok(shm.New(cfg))
 	case "ibverbs", "fabric":
 		cfg, err := rdma.ConfigFromEnv(rdma.Backend(kind), os.LookupEnv)
 		if err != nil {

@@ -30,12 +30,11 @@ var factory = vantest.Factory{
 	},
 	Raw: func(t testing.TB, to message.Node, id int32) func(frames ...[]byte) {
 		c := dial(t, to.Port)
-		r, err := sendHello(c, id, 1<<20)
+		o, err := sendHello(c, id, Config{RingBytes: 1 << 20, StreamBytes: 1 << 16}.layout())
 		require.NoError(t, err)
-		t.Cleanup(r.unmap)
+		t.Cleanup(o.unmap)
 		return func(frames ...[]byte) {
-			_, err := c.Write(rawMessage(frames...))
-			require.NoError(t, err)
+			require.NoError(t, o.w.write(rawMessage(frames...)))
 		}
 	},
 	Dial:            func(t testing.TB, port int32) net.Conn { return dial(t, port) },

@@ -42,6 +42,17 @@ func bindServer(t testing.TB, cfg Config) (*Transport, message.Node) {
 	return server, sn
 }
 
+// connectedPair returns a bound server (node id 8) and a worker (id 9)
+// connected to it, both with cfg and closed at the end of the test.
+func connectedPair(t testing.TB, cfg Config) (server, worker *Transport) {
+	server, sn := bindServer(t, cfg)
+	worker, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, worker.Close()) })
+	require.NoError(t, worker.Connect(sn, 9))
+	return server, worker
+}
+
 func pattern(seed byte, n int) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -139,19 +150,18 @@ func runDyingSender(t *testing.T, port string) {
 	p, err := strconv.Atoi(port)
 	require.NoError(t, err)
 	c := dial(t, int32(p))
-	r, err := sendHello(c, 9, 16<<20)
+	o, err := sendHello(c, 9, Config{RingBytes: 16 << 20, StreamBytes: 1 << 16}.layout())
 	require.NoError(t, err)
 	for i, seed := range []byte{3, 4} {
 		msg := kvMsg(8, int32(i), pattern(seed, 1<<20))
-		off, ok := r.alloc(spanOf(msg.Data))
+		off, ok := o.ring.alloc(spanOf(msg.Data))
 		require.True(t, ok)
-		h, iov, _ := encode(nil, nil, msg, r.mem, off)
+		h, iov, _ := encode(nil, nil, msg, o.ring.mem, off)
 		require.Len(t, iov, 1, "frames in the segment")
 		if i == 1 {
 			h = h[:len(h)/2] // dies mid-message
 		}
-		_, err = c.Write(h)
-		require.NoError(t, err)
+		require.NoError(t, o.w.write(h))
 	}
 	os.Stdout.WriteString("ready\n")
 	time.Sleep(time.Minute) // until killed

@@ -27,19 +27,17 @@ var (
 
 // inConn is the receiving side of one accepted connection.
 type inConn struct {
-	c   *net.UnixConn
-	seg *mapping // nil until the hello arrived
+	seg *mapping
 
-	wmu sync.Mutex // serialises release notes
+	wmu   sync.Mutex // serialises release notes
+	notes noteWriter
 }
 
-// note tells the sender that the region at off may be reused. After the
-// connection closed, there is nobody left to tell.
+// note tells the sender, through the segment's note ring, that the region
+// at off may be reused. After the connection closed, nobody reads it.
 func (in *inConn) note(off uint64) {
-	var b [noteLen]byte
-	binary.LittleEndian.PutUint64(b[:], off)
 	in.wmu.Lock()
-	_, _ = in.c.Write(b[:])
+	in.notes.put(off) // full only if the sender broke its limit of live regions
 	in.wmu.Unlock()
 }
 
@@ -61,7 +59,7 @@ func (v view) end() {
 // id as last given to Connect; messages of one connection arrive in order.
 // Non-empty data frames start 8-byte aligned. Frames of large messages are
 // views of shared memory: Release or Detach must follow (van.Transport),
-// or the sender's segment fills and it falls back to the socket.
+// or the sender's data area fills and it falls back to the stream.
 func (t *Transport) Recv() (*message.Message, error) {
 	if t.closed.Load() {
 		return nil, van.ErrClosed
@@ -144,8 +142,7 @@ func (t *Transport) deliver(it inItem) bool {
 func (t *Transport) readLoop(c *net.UnixConn) {
 	defer t.wg.Done()
 	defer t.untrack(c)
-	in := &inConn{c: c}
-	sender, seg, err := readHello(c, t.cfg.HandshakeTimeout)
+	sender, seg, lay, err := readHello(c, t.cfg.HandshakeTimeout)
 	if err != nil {
 		if errors.Is(err, errBadHello) {
 			t.deliver(inItem{err: &van.FrameError{Peer: "unknown (unix socket)", Err: err}})
@@ -154,11 +151,15 @@ func (t *Transport) readLoop(c *net.UnixConn) {
 		}
 		return
 	}
-	in.seg = &mapping{mem: seg}
+	ctl := ctlOf(seg)
+	notesAt := ctlBytes + lay.stream
+	in := &inConn{seg: &mapping{mem: seg},
+		notes: noteWriter{ctl: ctl, slots: seg[notesAt:lay.dataOff()]}}
 	in.seg.refs.Store(1)
 	defer in.seg.unref()
-	rd := &reader{br: bufio.NewReaderSize(c, 64<<10), in: in, lim: t.cfg.Limits,
-		lens: make([]uint32, t.cfg.Limits.MaxFrames+1)}
+	stream := &streamReader{ctl: ctl, buf: seg[ctlBytes:notesAt], conn: c, spin: t.cfg.Spin}
+	rd := &reader{br: bufio.NewReaderSize(stream, 64<<10), in: in, data: seg[lay.dataOff():],
+		lim: t.cfg.Limits, lens: make([]uint32, t.cfg.Limits.MaxFrames+1)}
 	for {
 		msg, err := rd.next()
 		if err != nil {
@@ -189,10 +190,13 @@ func (t *Transport) readLoop(c *net.UnixConn) {
 	}
 }
 
-// readHello reads the hello and maps the segment that came with it.
-func readHello(c *net.UnixConn, timeout time.Duration) (int32, []byte, error) {
-	if err := c.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return 0, nil, err
+// readHello reads the hello, maps the segment that came with it and
+// answers with this node's protocol version (also when it refuses the
+// hello's, so that the dialer can say why).
+func readHello(c *net.UnixConn, timeout time.Duration) (int32, []byte, layout, error) {
+	var lay layout
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return 0, nil, lay, err
 	}
 	var h [helloLen]byte
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -203,30 +207,52 @@ func readHello(c *net.UnixConn, timeout time.Duration) (int32, []byte, error) {
 			_ = unix.Close(fd)
 		}
 	}
+	defer closeAll()
 	if err != nil {
-		closeAll()
-		return 0, nil, err
+		return 0, nil, lay, err
+	}
+	if n >= 5 && [4]byte(h[:4]) == helloMagic && h[4] != protoVersion {
+		// Hellos of other versions may be shorter: refuse before reading on.
+		_ = writeAck(c)
+		return 0, nil, lay, fmt.Errorf("%w: the peer speaks shm van protocol version %d, this node %d: run the same elasticps release on every node of the job", errBadHello, h[4], protoVersion)
 	}
 	if _, err := io.ReadFull(c, h[n:]); err != nil {
-		closeAll()
-		return 0, nil, err
+		return 0, nil, lay, err
 	}
-	if [4]byte(h[:4]) != helloMagic || h[4] != protoVersion || len(fds) != 1 {
-		closeAll()
-		if [4]byte(h[:4]) == helloMagic && h[4] != protoVersion {
-			return 0, nil, fmt.Errorf("%w: version %d, this node speaks %d", errBadHello, h[4], protoVersion)
+	if [4]byte(h[:4]) != helloMagic || len(fds) != 1 {
+		return 0, nil, lay, errBadHello
+	}
+	lay = layout{size: binary.LittleEndian.Uint64(h[12:]),
+		stream: uint64(binary.LittleEndian.Uint32(h[20:])), notes: uint64(binary.LittleEndian.Uint32(h[24:]))}
+	fd := fds[0]
+	fds = nil
+	mem, err := mapSegment(fd, lay.size)
+	if err == nil {
+		err = lay.check()
+		if err != nil {
+			_ = unix.Munmap(mem)
 		}
-		return 0, nil, errBadHello
 	}
-	mem, err := mapSegment(fds[0], binary.LittleEndian.Uint64(h[12:]))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errBadHello, err)
+		return 0, nil, lay, fmt.Errorf("%w: %v", errBadHello, err)
 	}
-	if err := c.SetReadDeadline(time.Time{}); err != nil {
+	if err := writeAck(c); err != nil {
 		_ = unix.Munmap(mem)
-		return 0, nil, err
+		return 0, nil, lay, err
 	}
-	return int32(binary.LittleEndian.Uint32(h[8:])), mem, nil
+	if err := c.SetDeadline(time.Time{}); err != nil {
+		_ = unix.Munmap(mem)
+		return 0, nil, lay, err
+	}
+	return int32(binary.LittleEndian.Uint32(h[8:])), mem, lay, nil
+}
+
+func writeAck(c *net.UnixConn) error {
+	var a [ackLen]byte
+	copy(a[:], helloMagic[:])
+	a[4] = protoVersion
+	_, err := c.Write(a[:])
+	return err
 }
 
 // receivedFDs returns the descriptors in a control message, all of which
@@ -249,6 +275,7 @@ func receivedFDs(oob []byte) []int {
 type reader struct {
 	br   *bufio.Reader
 	in   *inConn
+	data []byte // the segment's data area
 	lim  van.Limits
 	lens []uint32
 	hdr  [headerLen]byte
@@ -288,13 +315,13 @@ func (rd *reader) next() (*message.Message, error) {
 		return nil, &van.FrameError{Err: fmt.Errorf("%w: message of %d bytes exceeds the %d-byte limit", errFatal, total, rd.lim.MaxMessageBytes)}
 	}
 	inRing := flags&flagInRing != 0
-	mem := rd.in.seg.mem
+	mem := rd.data
 	var span uint64
 	for _, l := range lens[1:] {
 		span += (uint64(l) + 7) &^ 7
 	}
 	if inRing && (off%8 != 0 || off > uint64(len(mem)) || span > uint64(len(mem))-off) {
-		return nil, &van.FrameError{Err: fmt.Errorf("%w: frames at [%d, %d+%d) are outside the %d-byte segment", errFatal, off, off, span, len(mem))}
+		return nil, &van.FrameError{Err: fmt.Errorf("%w: frames at [%d, %d+%d) are outside the %d-byte data area", errFatal, off, off, span, len(mem))}
 	}
 
 	meta := make([]byte, lens[0])

@@ -42,15 +42,11 @@ func TestRingAllocatesInOrderAndReclaims(t *testing.T) {
 	assert.False(t, ok)
 }
 
-// TestFullSegmentFallsBackToSocket: a receiver that keeps messages without
+// TestFullSegmentFallsBackToStream: a receiver that keeps messages without
 // releasing them fills the sender's segment; later messages go through the
-// socket, intact, instead of blocking the sender.
-func TestFullSegmentFallsBackToSocket(t *testing.T) {
-	server, sn := bindServer(t, Config{RingBytes: 1 << 20})
-	worker, err := New(Config{RingBytes: 1 << 20})
-	require.NoError(t, err)
-	defer func() { assert.NoError(t, worker.Close()) }()
-	require.NoError(t, worker.Connect(sn, 9))
+// stream, intact, instead of blocking the sender.
+func TestFullSegmentFallsBackToStream(t *testing.T) {
+	server, worker := connectedPair(t, Config{RingBytes: 1 << 20})
 
 	var kept []*message.Message
 	for i := range 6 {

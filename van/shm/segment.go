@@ -73,7 +73,8 @@ func (m *mapping) unref() {
 // from the oldest one on. An empty ring starts again at offset 0, so that
 // light traffic keeps touching the same pages.
 type ring struct {
-	mem []byte // nil once unmapped
+	mem     []byte // the data area; nil once unmapped
+	maxLive int    // regions live at once at most (the note ring's slots); 0: no limit
 
 	mu   sync.Mutex // guards live: Send allocates, the note reader frees
 	live []region
@@ -91,6 +92,9 @@ func (r *ring) alloc(n uint64) (uint64, bool) {
 	defer r.mu.Unlock()
 	size := uint64(len(r.mem))
 	var off uint64
+	if r.maxLive > 0 && len(r.live) >= r.maxLive {
+		return 0, false
+	}
 	if k := len(r.live); k > 0 {
 		head := r.live[k-1].off + r.live[k-1].size
 		tail := r.live[0].off
@@ -130,13 +134,4 @@ func (r *ring) free(off uint64) bool {
 	}
 	r.live = append(r.live[:0], r.live[k:]...)
 	return found
-}
-
-// unmap drops the sender's mapping; the caller holds the peer's lock, so no
-// Send is copying into it.
-func (r *ring) unmap() {
-	if r.mem != nil {
-		_ = unix.Munmap(r.mem)
-		r.mem = nil
-	}
 }

@@ -3,7 +3,6 @@
 package shm
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,11 +20,11 @@ import (
 )
 
 const (
-	helloLen     = 20
-	protoVersion = 1
+	helloLen     = 28
+	ackLen       = 8
+	protoVersion = 2
 	headerLen    = 16 // count, flags, offset
 	flagInRing   = 1
-	noteLen      = 8
 )
 
 var helloMagic = [4]byte{'E', 'P', 'S', 'M'}
@@ -41,8 +41,7 @@ type peer struct {
 	// signals that conn, queue or retired changed.
 	mu      sync.Mutex
 	cond    sync.Cond
-	conn    *net.UnixConn
-	ring    *ring // conn's segment
+	out     *outConn
 	dialing bool
 	retired bool
 	linger  time.Time
@@ -50,7 +49,25 @@ type peer struct {
 
 	scratch []byte
 	iov     [][]byte
-	bufs    net.Buffers
+}
+
+// outConn is a dialled connection and its segment.
+type outConn struct {
+	c     *net.UnixConn
+	seg   []byte // the whole mapping; nil once unmapped
+	ring  *ring  // the data area
+	w     streamWriter
+	notes noteReader
+	dead  atomic.Bool // the socket ended
+}
+
+// unmap drops the dialer's mapping; the caller holds the peer's lock (or
+// owns o alone), so no Send is copying into it.
+func (o *outConn) unmap() {
+	if o.seg != nil {
+		_ = unix.Munmap(o.seg)
+		o.seg, o.ring.mem, o.w.buf, o.notes.slots = nil, nil, nil, nil
+	}
 }
 
 func newPeer(t *Transport, id int32, addr string, ident int32) *peer {
@@ -61,7 +78,7 @@ func newPeer(t *Transport, id int32, addr string, ident int32) *peer {
 
 // Send implements van.Transport. Data frames totalling at least
 // Config.InlineMax bytes are copied into the connection's segment (the one
-// copy of their bytes), smaller ones written to the socket from msg.Data.
+// copy of their bytes), smaller ones into its message stream.
 // Nothing of msg is referenced after Send returns. While the peer is not
 // connected, messages are copied into a queue of up to WaterMark messages,
 // after which Send blocks.
@@ -103,7 +120,7 @@ func (p *peer) send(msg *message.Message) (int, bool, error) {
 		if p.retired {
 			return 0, true, nil
 		}
-		if p.conn != nil {
+		if p.out != nil {
 			break
 		}
 		if len(p.queue) < p.t.cfg.WaterMark {
@@ -117,17 +134,20 @@ func (p *peer) send(msg *message.Message) (int, bool, error) {
 		}
 		p.cond.Wait()
 	}
+	o := p.out
 	var mem []byte
 	var off uint64
 	if span := spanOf(msg.Data); span >= uint64(p.t.cfg.InlineMax) && span > 0 {
-		if o, ok := p.ring.alloc(span); ok {
-			mem, off = p.ring.mem, o
+		if err := o.notes.drain(o.ring); err != nil {
+			return 0, false, p.broken(err)
+		}
+		if at, ok := o.ring.alloc(span); ok {
+			mem, off = o.ring.mem, at
 		}
 	}
 	var size int
 	p.scratch, p.iov, size = encode(p.scratch[:0], p.iov[:0], msg, mem, off)
-	p.bufs = p.iov
-	_, err := p.bufs.WriteTo(p.conn)
+	err := o.w.write(p.iov...)
 	clear(p.iov)
 	if cap(p.scratch) > 64<<10 {
 		p.scratch = nil
@@ -147,7 +167,7 @@ func spanOf(data [][]byte) uint64 {
 	return n
 }
 
-// encode lays msg out for writev: header and meta in scratch, followed
+// encode lays msg out for the stream: header and meta in scratch, followed
 // (inline) by the data frames, or, when mem is not nil, copies the data
 // frames into mem from off on. It returns the meta + data byte count.
 func encode(scratch []byte, iov [][]byte, msg *message.Message, mem []byte, off uint64) ([]byte, [][]byte, int) {
@@ -201,13 +221,10 @@ func (p *peer) broken(err error) error {
 // dropLocked closes the connection and unmaps its segment. Caller holds
 // p.mu, so no Send is copying into it.
 func (p *peer) dropLocked() {
-	if p.conn != nil {
-		p.t.untrack(p.conn)
-		p.conn = nil
-	}
-	if p.ring != nil {
-		p.ring.unmap()
-		p.ring = nil
+	if p.out != nil {
+		p.t.untrack(p.out.c)
+		p.out.unmap()
+		p.out = nil
 	}
 }
 
@@ -246,21 +263,26 @@ func (p *peer) dialLoop() {
 		p.mu.Unlock()
 
 		c, err := d.DialContext(t.ctx, "unix", p.addr)
-		var r *ring
+		var o *outConn
 		if err == nil {
-			r, err = sendHello(c.(*net.UnixConn), p.ident, t.cfg.RingBytes)
+			o, err = sendHello(c.(*net.UnixConn), p.ident, t.cfg.layout())
 			if err != nil {
 				_ = c.Close()
 			}
 		}
-		if err == nil && t.track(c.(*net.UnixConn)) {
-			if p.install(c.(*net.UnixConn), r) {
+		var vErr *versionError
+		switch {
+		case errors.As(err, &vErr):
+			t.log.Warn("van/shm: peer refused the connection; retrying", "node", p.id, "addr", p.addr, "err", err, "in", redialMax)
+			backoff = redialMax
+		case err != nil:
+			t.log.Debug("van/shm: dial failed; retrying", "node", p.id, "addr", p.addr, "err", err, "in", backoff)
+		case t.track(o.c):
+			if p.install(o) {
 				return
 			}
-		} else if err != nil {
-			t.log.Debug("van/shm: dial failed; retrying", "node", p.id, "addr", p.addr, "err", err, "in", backoff)
-		} else {
-			r.unmap()
+		default:
+			o.unmap()
 		}
 		select {
 		case <-time.After(backoff):
@@ -270,9 +292,18 @@ func (p *peer) dialLoop() {
 	}
 }
 
-// sendHello creates the connection's segment and sends it with the hello.
-func sendHello(c *net.UnixConn, id int32, size int) (*ring, error) {
-	mem, fd, err := newSegment(size)
+// versionError is a listener's answer that it speaks another protocol
+// version.
+type versionError struct{ theirs byte }
+
+func (e *versionError) Error() string {
+	return fmt.Sprintf("the peer speaks shm van protocol version %d, this node %d: run the same elasticps release on every node of the job", e.theirs, protoVersion)
+}
+
+// sendHello creates the connection's segment, sends it with the hello and
+// waits for the listener's answer.
+func sendHello(c *net.UnixConn, id int32, lay layout) (*outConn, error) {
+	seg, fd, err := newSegment(int(lay.size))
 	if err != nil {
 		return nil, err
 	}
@@ -281,29 +312,56 @@ func sendHello(c *net.UnixConn, id int32, size int) (*ring, error) {
 	copy(h[:4], helloMagic[:])
 	h[4] = protoVersion
 	binary.LittleEndian.PutUint32(h[8:], uint32(id))
-	binary.LittleEndian.PutUint64(h[12:], uint64(size))
-	if err = c.SetWriteDeadline(time.Now().Add(defaultHandshakeTimeout)); err == nil {
-		_, _, err = c.WriteMsgUnix(h[:], unix.UnixRights(fd), nil)
-		if err == nil {
-			err = c.SetWriteDeadline(time.Time{})
+	binary.LittleEndian.PutUint64(h[12:], lay.size)
+	binary.LittleEndian.PutUint32(h[20:], uint32(lay.stream))
+	binary.LittleEndian.PutUint32(h[24:], uint32(lay.notes))
+	var ack [ackLen]byte
+	if err = c.SetDeadline(time.Now().Add(defaultHandshakeTimeout)); err == nil {
+		if _, _, err = c.WriteMsgUnix(h[:], unix.UnixRights(fd), nil); err == nil {
+			if _, err = io.ReadFull(c, ack[:]); err != nil {
+				err = fmt.Errorf("no answer to the hello (a node of an older elasticps release?): %w", err)
+			}
+		}
+	}
+	if err == nil {
+		switch {
+		case [4]byte(ack[:4]) != helloMagic:
+			err = errBadAck
+		case ack[4] != protoVersion:
+			err = &versionError{theirs: ack[4]}
+		default:
+			err = c.SetDeadline(time.Time{})
 		}
 	}
 	if err != nil {
-		_ = unix.Munmap(mem)
+		_ = unix.Munmap(seg)
 		return nil, err
 	}
-	return &ring{mem: mem}, nil
+	return newOutConn(c, seg, lay), nil
 }
 
-// install writes the queued messages to c and makes it the connection.
-// It reports false if c failed, so that the caller dials again.
-func (p *peer) install(c *net.UnixConn, r *ring) bool {
+func newOutConn(c *net.UnixConn, seg []byte, lay layout) *outConn {
+	ctl := ctlOf(seg)
+	notesAt := ctlBytes + lay.stream
+	o := &outConn{c: c, seg: seg,
+		ring:  &ring{mem: seg[lay.dataOff():], maxLive: int(lay.notes)},
+		notes: noteReader{ctl: ctl, slots: seg[notesAt:lay.dataOff()]},
+	}
+	o.w = streamWriter{ctl: ctl, buf: seg[ctlBytes:notesAt], conn: c, dead: &o.dead}
+	return o
+}
+
+// install writes the queued messages to o and makes it the connection.
+// It reports false if o failed, so that the caller dials again.
+func (p *peer) install(o *outConn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.t.wg.Add(1)
+	go p.watch(o)
 	for len(p.queue) > 0 {
-		if _, err := c.Write(p.queue[0]); err != nil {
-			p.t.untrack(c)
-			r.unmap()
+		if err := o.w.write(p.queue[0]); err != nil {
+			p.t.untrack(o.c)
+			o.unmap()
 			return false
 		}
 		p.queue[0] = nil
@@ -313,34 +371,29 @@ func (p *peer) install(c *net.UnixConn, r *ring) bool {
 	p.dialing = false
 	p.cond.Broadcast()
 	if p.retired || p.t.closed.Load() {
-		p.t.untrack(c)
-		r.unmap()
+		p.t.untrack(o.c)
+		o.unmap()
 		return true
 	}
-	p.conn, p.ring = c, r
-	p.t.wg.Add(1)
-	go p.notes(c, r)
+	p.out = o
 	return true
 }
 
-// notes reads the receiver's release notes until the connection ends, and
-// then redials (the peer went away) unless the connection was replaced.
-func (p *peer) notes(c *net.UnixConn, r *ring) {
+// watch waits for the connection's socket to end (the listener sends
+// nothing after its answer to the hello), and then redials (the peer went
+// away) unless the connection was replaced.
+func (p *peer) watch(o *outConn) {
 	defer p.t.wg.Done()
-	br := bufio.NewReaderSize(c, 4096)
-	var b [noteLen]byte
+	var b [64]byte
 	for {
-		if _, err := io.ReadFull(br, b[:]); err != nil {
-			break
-		}
-		if !r.free(binary.LittleEndian.Uint64(b[:])) {
-			p.t.log.Warn("van/shm: release note for a region not in use; dropping the connection", "node", p.id)
+		if _, err := o.c.Read(b[:]); err != nil {
 			break
 		}
 	}
+	o.dead.Store(true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conn != c {
+	if p.out != o {
 		return
 	}
 	p.dropLocked()
@@ -378,4 +431,7 @@ func (p *peer) retire(linger time.Time) {
 	}()
 }
 
-var errBadHello = errors.New("not an elasticps shm van connection (bad hello)")
+var (
+	errBadHello = errors.New("not an elasticps shm van connection (bad hello)")
+	errBadAck   = errors.New("the listener's answer to the hello is not an elasticps shm van's")
+)

@@ -1,9 +1,10 @@
 //go:build linux
 
 // Package shm implements van.Transport for nodes on one host
-// (DMLC_PS_VAN_TYPE=shm): payloads go through shared memory, control and
-// wake-ups through a Unix socket. Like van/tcp it speaks only to elasticps
-// nodes, and only to those on the same host.
+// (DMLC_PS_VAN_TYPE=shm): messages go through shared memory; the Unix
+// socket carries the hello, wake-ups and the end of a connection. Like
+// van/tcp it speaks only to elasticps nodes, and only to those on the same
+// host.
 //
 // # Topology
 //
@@ -14,37 +15,55 @@
 //
 // # Shared memory
 //
-// The dialer of a connection creates its segment: an anonymous memfd of
-// Config.RingBytes, sealed against resizing, whose descriptor travels with
-// the hello (SCM_RIGHTS). Both sides map it and the descriptor is closed, so
-// the segment has no name and vanishes with the last mapping: a node that
-// dies mid-message leaves nothing behind. Each connection has its own
-// segment, shared by exactly two processes, so a node can only ever scribble
-// on memory of its own connections; the receiver checks every offset
-// against the segment's size.
+// The dialer of a connection creates its segment: an anonymous memfd,
+// sealed against resizing, whose descriptor travels with the hello
+// (SCM_RIGHTS). Both sides map it and the descriptor is closed, so the
+// segment has no name and vanishes with the last mapping: a node that dies
+// mid-message leaves nothing behind. Each connection has its own segment,
+// shared by exactly two processes, so a node can only ever scribble on
+// memory of its own connections. The receiver checks every offset and
+// counter the sender wrote against the segment's geometry, and the sender
+// those the receiver wrote.
+//
+// A segment holds a page of control words, the message stream
+// (Config.StreamBytes, a byte ring from dialer to listener), a ring of
+// 4096 release notes (listener to dialer), and the data area
+// (Config.RingBytes) for large frames.
 //
 // # Wire format
 //
-// The dialer's hello: "EPSM" | version u8 (1) | 3 zero bytes | node id i32
-// LE | segment size u64 LE, with the memfd as ancillary data. Then messages:
+// The dialer's hello: "EPSM" | version u8 (2) | 3 zero bytes | node id i32
+// LE | segment size u64 LE | stream bytes u32 LE | note slots u32 LE, with
+// the memfd as ancillary data. The listener answers "EPSM" | its version
+// u8 | 3 zero bytes, also when it refuses a hello of another version, and
+// then sends nothing more. Messages follow on the stream:
 //
 //	count u32 | flags u32 | offset u64 | count × length u32 | meta | inline frames
 //
 // all little endian; frame 0 is the meta (message.Meta.MarshalTo). With
-// flags bit 0 set, data frames 1.. are not on the socket but in the segment,
-// from offset on, each starting 8-byte aligned; otherwise they follow the
-// meta on the socket. The listener answers on the same socket with 8-byte
-// release notes (u64 LE offsets): the segment region at that offset may be
-// reused.
+// flags bit 0 set, data frames 1.. are not on the stream but in the data
+// area, from offset on, each starting 8-byte aligned; otherwise they
+// follow the meta. A release note is a u64 offset in the data area: the
+// region there may be reused.
 //
 // # Data path
 //
 // A message whose data frames total at least Config.InlineMax bytes is
-// copied once, by Send, into the segment: Recv returns views of it, which
-// Release (or Detach, which copies them out) hands back to the sender with a
-// release note. Smaller messages, and messages that find the segment full
-// (a receiver holding on to many), go inline through the socket, so a slow
-// consumer never blocks a sender on shared memory.
+// copied once, by Send, into the data area: Recv returns views of it, and
+// Release (or Detach, which copies them out) writes its release note, which
+// the sender reads at its next large Send. Smaller messages, and messages
+// that find the data area full (a receiver holding on to many), are copied
+// into the stream with their header, so a slow consumer never blocks a
+// sender on the data area.
+//
+// The receiver copies messages out of the stream as they come. Having
+// emptied it, it polls for Config.Spin (PS_SHM_SPIN_US), then sets the
+// "asleep" flag and blocks reading the socket; a sender that finds the
+// flag set after publishing takes it back and writes one byte. A reply
+// within the spin costs no system call on either side. A sender that finds
+// the stream full (the receiver is not taking messages) waits, yielding,
+// then sleeping up to a millisecond at a time, until the receiver takes
+// bytes or the socket ends.
 package shm
 
 import (
@@ -52,6 +71,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -68,6 +88,8 @@ const (
 	defaultWaterMark        = 1000
 	defaultRingBytes        = 64 << 20
 	defaultInlineMax        = 32 << 10
+	defaultStreamBytes      = 1 << 20
+	defaultSpin             = 100 * time.Microsecond
 	defaultHandshakeTimeout = 10 * time.Second
 	maxFramesLimit          = 1 << 16
 
@@ -85,8 +107,18 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Limits.MaxFrames > maxFramesLimit {
 		return cfg, fmt.Errorf("van/shm: Config.Limits.MaxFrames above %d", maxFramesLimit)
 	}
-	if cfg.RingBytes < 0 || cfg.InlineMax < 0 {
-		return cfg, errors.New("van/shm: Config.RingBytes and InlineMax must not be negative")
+	if cfg.RingBytes < 0 || cfg.InlineMax < 0 || cfg.StreamBytes < 0 {
+		return cfg, errors.New("van/shm: Config.RingBytes, InlineMax and StreamBytes must not be negative")
+	}
+	if cfg.StreamBytes > maxStreamBytes {
+		return cfg, fmt.Errorf("van/shm: Config.StreamBytes above %d", maxStreamBytes)
+	}
+	if cfg.StreamBytes == 0 {
+		cfg.StreamBytes = defaultStreamBytes
+	}
+	cfg.StreamBytes = max(minStreamBytes, 1<<bits.Len(uint(cfg.StreamBytes-1)))
+	if cfg.Spin == 0 {
+		cfg.Spin = defaultSpin
 	}
 	if cfg.WaterMark == 0 {
 		cfg.WaterMark = defaultWaterMark
@@ -102,6 +134,13 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.HandshakeTimeout = defaultHandshakeTimeout
 	}
 	return cfg, nil
+}
+
+// layout is the geometry of the segments this transport creates.
+func (cfg Config) layout() layout {
+	l := layout{stream: uint64(cfg.StreamBytes), notes: noteSlots}
+	l.size = l.dataOff() + uint64(cfg.RingBytes)
+	return l
 }
 
 // Transport is a van.Transport over shared memory. Create it with New and
