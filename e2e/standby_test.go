@@ -33,9 +33,19 @@ func replicatedEnv(port int) func(extra ...string) []string {
 // serves the dead server's intervals from an empty store), the failover
 // puts backup copies on it and they are seeded, the workers' sums are
 // exact, and every process exits 0.
+//
+// The restarted process must register before the death is found, or the
+// failover happens without a standby to place copies on. With the
+// defaults the scheduler finds a SIGKILLed server in about 0.4 s (its
+// gossip lifeline breaks), about what a loaded machine takes to start a
+// process; so here the lifeline's direct probes go on for their 2 s
+// maximum (1 s probe timeouts) and the heartbeats time out after 10 s.
 func TestRestartedServerRejoinsAsStandby(t *testing.T) {
 	signal := filepath.Join(t.TempDir(), "done")
-	env := replicatedEnv(porttest.Free(t))
+	replicated := replicatedEnv(porttest.Free(t))
+	env := func(extra ...string) []string {
+		return replicated(append([]string{"PS_GOSSIP_PROBE_INTERVAL=2000", "PS_HEARTBEAT_TIMEOUT=10"}, extra...)...)
+	}
 	var srvPorts []string
 	for range 3 {
 		srvPorts = append(srvPorts, fmt.Sprintf("PORT=%d", porttest.Free(t)))
@@ -65,7 +75,10 @@ func TestRestartedServerRejoinsAsStandby(t *testing.T) {
 	assert.NotContains(t, restarted.output(), "took over the id of a dead server")
 
 	sched.waitFor(t, fmt.Sprintf("dead=%d ", dead))
-	failover := lastLine(sched.output(), "coord: failover")
+	out := sched.output()
+	require.Less(t, strings.Index(out, "it joins as a standby"), strings.Index(out, "coord: failover"),
+		"the restarted server registered only after the failover; the scheduler:\n%s", out)
+	failover := lastLine(out, "coord: failover")
 	require.Contains(t, failover, fmt.Sprintf("dead=%d ", dead))
 	require.Contains(t, failover, "lost=0 ")
 	holders, copies := parseRoutes(failover)

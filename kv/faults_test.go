@@ -14,10 +14,12 @@ import (
 	"github.com/elasticps/elasticps/postoffice"
 )
 
-// heartbeats makes a job's nodes heartbeat every 100 ms, dead after 500 ms.
+// heartbeats makes a job's nodes heartbeat every 200 ms, dead after 3 s:
+// a stopped server is found dead within seconds, and a live node on a
+// loaded 2-core machine is never taken for dead.
 func heartbeats(c *postoffice.Config) {
-	c.HeartbeatInterval = 100 * time.Millisecond
-	c.HeartbeatTimeout = 500 * time.Millisecond
+	c.HeartbeatInterval = 200 * time.Millisecond
+	c.HeartbeatTimeout = 3 * time.Second
 }
 
 // startSumAndSilentServers gives server rank 0 the sum store and server
@@ -66,7 +68,7 @@ func TestDeadServerFailsWaitingOperations(t *testing.T) {
 	assert.Equal(t, 1, de.Rank)
 	assert.Equal(t, fmt.Sprintf("%s:%d", dead.Hostname, dead.Port), de.Addr)
 	assert.Equal(t, r[1], de.Range)
-	assert.Equal(t, "no heartbeat for 500ms (PS_HEARTBEAT_TIMEOUT)", de.Reason)
+	assert.Equal(t, "no heartbeat for 3s (PS_HEARTBEAT_TIMEOUT)", de.Reason)
 	assert.ErrorContains(t, err, fmt.Sprintf("kv: request %d: kv: server %d (rank 1, %s:%d) is dead", pending, dead.ID, dead.Hostname, dead.Port))
 	assert.ErrorContains(t, err, fmt.Sprintf("key range [%d, %d) are lost", r[1].Begin, r[1].End))
 
@@ -103,7 +105,8 @@ func TestDeadServerFailsWaitingOperations(t *testing.T) {
 // PS_SCHEDULER_WAIT.
 func TestSchedulerLostBoundsWaits(t *testing.T) {
 	j := startJobWith(t, jobtest.Options{Servers: 2, Workers: 1, Configure: func(c *postoffice.Config) {
-		heartbeats(c)
+		c.HeartbeatInterval = 100 * time.Millisecond
+		c.HeartbeatTimeout = 500 * time.Millisecond
 		c.SchedulerWait = 3 * time.Second
 	}})
 	held := make(chan func(), 1) // answers the held request

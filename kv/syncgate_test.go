@@ -413,8 +413,7 @@ func TestSyncGateDefersArrivalsUntilReleasedRequestsRan(t *testing.T) {
 func TestDeadWorkerNoLongerHoldsBSP(t *testing.T) {
 	j := startJobWith(t, jobtest.Options{Servers: 1, Workers: 2, Configure: func(c *postoffice.Config) {
 		c.Sync = postoffice.SyncConfig{Mode: syncctl.BSP}
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 500 * time.Millisecond
+		heartbeats(c)
 	}})
 	var srv *Server
 	j.startServersWith(func(s *Server) { s.SetRequestHandler(NewDefaultHandler().Handle); srv = s })

@@ -135,10 +135,7 @@ func holdIdentity(t *testing.T, n message.Node, ident string) {
 // closed by the kernel): the identity is the same for every process of
 // the node, and libzmq hands it to the newest connection.
 func TestAuthServerRecoveryTakesItsIdentityBack(t *testing.T) {
-	j, logs := authJob(t, 2, 1, func(c *postoffice.Config) {
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 500 * time.Millisecond
-	})
+	j, logs := authJob(t, 2, 1, deathHeartbeats)
 	jobtest.Barrier(t, j.All(), message.AllGroup)
 	old := j.Servers[1].MyNode()
 	j.Servers[1].Stop()

@@ -206,15 +206,11 @@ func TestAuthWrongTokenCannotJoin(t *testing.T) {
 // Forged heartbeats in a dead server's name do not keep it alive: its
 // proof ran out with it, and the stranger cannot renew it.
 func TestAuthForgedHeartbeatsDoNotKeepADeadNodeAlive(t *testing.T) {
-	const timeout = 600 * time.Millisecond
-	j, logs := authJob(t, 2, 1, func(c *postoffice.Config) {
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = timeout
-	})
+	j, logs := authJob(t, 2, 1, deathHeartbeats)
 	victim := j.Servers[1].MyNode()
 	// every node proves itself to the scheduler with its barrier request
 	jobtest.Barrier(t, j.All(), message.AllGroup)
-	require.Empty(t, j.Scheduler.DeadNodes(timeout))
+	require.Empty(t, j.Scheduler.DeadNodes(deathTimeout))
 	j.Servers[1].Stop()
 	forger := stranger(t, j.Scheduler.MyNode(), fmt.Sprintf("ps%d", victim.ID))
 	stop, stopped := make(chan struct{}), make(chan struct{})
@@ -235,8 +231,8 @@ func TestAuthForgedHeartbeatsDoNotKeepADeadNodeAlive(t *testing.T) {
 			}
 		}
 	}()
-	testutil.WaitFor(t, 10*time.Second, func() bool {
-		d := j.Scheduler.DeadNodes(timeout)
+	testutil.WaitFor(t, 20*time.Second, func() bool {
+		d := j.Scheduler.DeadNodes(deathTimeout)
 		return len(d) == 1 && d[0] == victim.ID
 	}, func() string { return logs.String() })
 	select {

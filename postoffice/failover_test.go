@@ -13,11 +13,10 @@ import (
 	"github.com/elasticps/elasticps/postoffice"
 )
 
-// replicatedJob configures a job with PS_REPLICAS=1 and fast heartbeats.
+// replicatedJob configures a job with PS_REPLICAS=1 and deathHeartbeats.
 func replicatedJob(c *postoffice.Config) {
 	c.Elastic, c.Replicas = true, 1
-	c.HeartbeatInterval = 100 * time.Millisecond
-	c.HeartbeatTimeout = 500 * time.Millisecond
+	deathHeartbeats(c)
 }
 
 // In a job with replicas a dead server counts as lost only when its
@@ -61,7 +60,7 @@ func TestFinalizeCountsOnlyLostFailovers(t *testing.T) {
 					continue
 				}
 				require.ErrorIs(t, err, postoffice.ErrNodesLost)
-				assert.Contains(t, err.Error(), fmt.Sprintf("server %d (rank %d, 127.0.0.1:%d) died (no heartbeat for 500ms (PS_HEARTBEAT_TIMEOUT)); %s; the job's results are incomplete: restart the job", dead, victim.MyRank(), victim.MyNode().Port, tc.detail))
+				assert.Contains(t, err.Error(), fmt.Sprintf("server %d (rank %d, 127.0.0.1:%d) died (no heartbeat for 3s (PS_HEARTBEAT_TIMEOUT)); %s; the job's results are incomplete: restart the job", dead, victim.MyRank(), victim.MyNode().Port, tc.detail))
 				assert.NotContains(t, err.Error(), "without replicas")
 			}
 			for _, po := range live {
@@ -81,10 +80,7 @@ func TestFinalizeCountsOnlyLostFailovers(t *testing.T) {
 // Without replicas nothing changes: a dead server is a loss, and Finalize
 // does not wait for a failover.
 func TestFinalizeWithoutReplicasCountsEveryDeadServer(t *testing.T) {
-	j := startJob(t, 2, 1, func(c *postoffice.Config) {
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 500 * time.Millisecond
-	})
+	j := startJob(t, 2, 1, deathHeartbeats)
 	dead := j.Servers[1].MyNode().ID
 	j.Servers[1].Stop()
 	testutil.WaitFor(t, 20*time.Second, func() bool { _, ok := j.Workers[0].Gone(dead); return ok },

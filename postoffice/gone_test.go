@@ -31,10 +31,7 @@ func (e *events) list() []postoffice.NodeEvent {
 // the scheduler included, is told once; a subscriber that comes later is
 // told of it at once; a callback may call back into its node.
 func TestOnNodeGoneOnEveryNode(t *testing.T) {
-	j := startJob(t, 2, 1, func(c *postoffice.Config) {
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 500 * time.Millisecond
-	})
+	j := startJob(t, 2, 1, deathHeartbeats)
 	victim := j.Servers[1]
 	dead := victim.MyNode()
 	live := []*postoffice.Postoffice{j.Scheduler, j.Servers[0], j.Workers[0]}
@@ -71,7 +68,7 @@ func TestOnNodeGoneOnEveryNode(t *testing.T) {
 		g, ok := po.Gone(dead.ID)
 		require.True(t, ok, po.Role().String())
 		assert.Equal(t, dead.Port, g.Node.Port)
-		assert.Equal(t, "no heartbeat for 500ms (PS_HEARTBEAT_TIMEOUT)", g.Reason)
+		assert.Equal(t, "no heartbeat for 3s (PS_HEARTBEAT_TIMEOUT)", g.Reason)
 		assert.ErrorIs(t, po.Failure(), postoffice.ErrNodesLost, po.Role().String())
 	}
 	assert.Equal(t, want, late.list())

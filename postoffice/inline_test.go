@@ -3,6 +3,7 @@ package postoffice
 import (
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/elasticps/elasticps/internal/testutil"
@@ -13,8 +14,13 @@ import (
 // TestHandOver: a handler that returns within the period keeps the
 // receive loop on its goroutine; one that runs for several periods loses
 // it exactly once (one new receiving goroutine), even when the watcher was
-// asleep because nothing had run inline for a while.
-func TestHandOver(t *testing.T) {
+// asleep because nothing had run inline for a while. It runs in a
+// synctest bubble: the clock moves only while every goroutine of the test
+// waits, so a handler "returned at once" took no time at all, however
+// loaded the machine is, and one that slept 20 periods took exactly that.
+func TestHandOver(t *testing.T) { synctest.Test(t, testHandOver) }
+
+func testHandOver(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	var restarts, moves atomic.Int32

@@ -25,6 +25,19 @@ func startJob(t *testing.T, ns, nw int, mod func(*postoffice.Config)) *jobtest.J
 	return jobtest.Start(t, jobtest.Options{Servers: ns, Workers: nw, Configure: mod})
 }
 
+// deathTimeout is the heartbeat timeout of the tests that stop a node and
+// wait for it to be declared dead: long enough that a live node on a
+// loaded 2-core machine is never taken for dead, short enough that a
+// stopped one is found within seconds.
+const deathTimeout = 3 * time.Second
+
+// deathHeartbeats makes a job's nodes heartbeat every 200 ms and count a
+// node dead after deathTimeout of silence.
+func deathHeartbeats(c *postoffice.Config) {
+	c.HeartbeatInterval = 200 * time.Millisecond
+	c.HeartbeatTimeout = deathTimeout
+}
+
 // The connection matrix of ps-lite's test_connection: ids follow the rank
 // rules, every node knows its rank, and barriers on every group work.
 func TestConnection(t *testing.T) {
@@ -68,19 +81,16 @@ func TestBarrierRejectsForeignGroup(t *testing.T) {
 // Heartbeats keep nodes alive; a node that stops sending is reported dead
 // by the scheduler after the timeout, and the scheduler is alive to nodes.
 func TestHeartbeatsAndDeadNodes(t *testing.T) {
-	j := startJob(t, 2, 1, func(c *postoffice.Config) {
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 600 * time.Millisecond
-	})
-	time.Sleep(900 * time.Millisecond)
-	require.Empty(t, j.Scheduler.DeadNodes(600*time.Millisecond), "no node is dead while heartbeating")
-	require.Empty(t, j.Workers[0].DeadNodes(600*time.Millisecond), "scheduler answers heartbeats")
+	j := startJob(t, 2, 1, deathHeartbeats)
+	time.Sleep(deathTimeout + time.Second) // longer than the timeout: only heartbeats keep them alive
+	require.Empty(t, j.Scheduler.DeadNodes(deathTimeout), "no node is dead while heartbeating")
+	require.Empty(t, j.Workers[0].DeadNodes(deathTimeout), "scheduler answers heartbeats")
 	dead := j.Servers[1].MyNode().ID
 	j.Servers[1].Stop()
 	require.Eventually(t, func() bool {
-		d := j.Scheduler.DeadNodes(600 * time.Millisecond)
+		d := j.Scheduler.DeadNodes(deathTimeout)
 		return len(d) == 1 && d[0] == dead
-	}, 10*time.Second, 50*time.Millisecond)
+	}, 20*time.Second, 50*time.Millisecond)
 	require.Empty(t, j.Scheduler.DeadNodes(0), "timeout 0 means never dead")
 }
 
@@ -123,11 +133,7 @@ func TestGarbageFrameRejected(t *testing.T) {
 // IsRecovery, the worker learns its new address and reaches it, and the
 // job's final barrier completes.
 func TestServerRecovery(t *testing.T) {
-	hb := func(c *postoffice.Config) {
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 500 * time.Millisecond
-	}
-	j := startJob(t, 2, 1, hb)
+	j := startJob(t, 2, 1, deathHeartbeats)
 	old := j.Servers[1].MyNode()
 	j.Servers[1].Stop()
 	// restart at once: the scheduler parks it until the old one times out

@@ -16,13 +16,19 @@ import (
 	"github.com/elasticps/elasticps/postoffice"
 )
 
-// resendJob starts a 2x2 job with PS_RESEND at timeout and drop percent
+// resendTimeout is the PS_RESEND timeout of the resend tests: a node gives
+// up on a message after 10 resends, and 10 timeouts must outlast the
+// scheduling delays of a loaded 2-core machine, or a slow ACK reads as a
+// lost one.
+const resendTimeout = 200 * time.Millisecond
+
+// resendJob starts a 2x2 job with PS_RESEND at resendTimeout and drop percent
 // of PS_DROP_MSG; setup, if set, runs before the nodes start.
-func resendJob(t *testing.T, timeout time.Duration, drop int, setup func(*jobtest.Job)) *jobtest.Job {
+func resendJob(t *testing.T, drop int, setup func(*jobtest.Job)) *jobtest.Job {
 	t.Helper()
 	return jobtest.Start(t, jobtest.Options{Servers: 2, Workers: 2,
 		Configure: func(c *postoffice.Config) {
-			c.Resend, c.ResendTimeout, c.DropPercent = true, timeout, drop
+			c.Resend, c.ResendTimeout, c.DropPercent = true, resendTimeout, drop
 		},
 		Setup: func(j *jobtest.Job) error {
 			if setup != nil {
@@ -84,7 +90,7 @@ func waitAcknowledged(t *testing.T, j *jobtest.Job) {
 // received before it, is acknowledged: once the job runs, nothing is left
 // to resend anywhere.
 func TestResendRegistrationAcknowledged(t *testing.T) {
-	j := resendJob(t, 20*time.Millisecond, 0, nil)
+	j := resendJob(t, 0, nil)
 	waitAcknowledged(t, j)
 	finalizeAll(t, j)
 	assertNoResendFailure(t, j)
@@ -94,7 +100,7 @@ func TestResendRegistrationAcknowledged(t *testing.T) {
 // the last node (held back here): it counts each node once, and the job
 // gets the ids of its ranks.
 func TestResendRegistrationDuplicatesCountOnce(t *testing.T) {
-	j := resendJob(t, 20*time.Millisecond, 0, func(j *jobtest.Job) {
+	j := resendJob(t, 0, func(j *jobtest.Job) {
 		var mu sync.Mutex
 		copies := map[int32]int{} // ADD_NODE receipts by port
 		var held int32            // the port of the node held back
@@ -145,10 +151,10 @@ func isRelease(m *message.Message) bool {
 // finalizeLosingOne starts a job, makes the node at(j) drop the first
 // message match accepts once the start's messages are acknowledged, and
 // finalizes every node: all return, nothing is given up.
-func finalizeLosingOne(t *testing.T, timeout time.Duration, at func(*jobtest.Job) *postoffice.Postoffice, match func(*message.Message) bool) {
+func finalizeLosingOne(t *testing.T, at func(*jobtest.Job) *postoffice.Postoffice, match func(*message.Message) bool) {
 	t.Helper()
 	var armed, dropped atomic.Bool
-	j := resendJob(t, timeout, 0, func(j *jobtest.Job) { at(j).DropReceived(dropOnce(&armed, &dropped, match)) })
+	j := resendJob(t, 0, func(j *jobtest.Job) { at(j).DropReceived(dropOnce(&armed, &dropped, match)) })
 	waitAcknowledged(t, j)
 	armed.Store(true)
 	finalizeAll(t, j)
@@ -160,14 +166,14 @@ func finalizeLosingOne(t *testing.T, timeout time.Duration, at func(*jobtest.Job
 // scheduler, released itself, waits for the acknowledgement before it
 // stops, and resends: the worker finalizes too.
 func TestResendFinalReleaseLost(t *testing.T) {
-	finalizeLosingOne(t, 50*time.Millisecond, func(j *jobtest.Job) *postoffice.Postoffice { return j.Workers[0] }, isRelease)
+	finalizeLosingOne(t, func(j *jobtest.Job) *postoffice.Postoffice { return j.Workers[0] }, isRelease)
 }
 
 // The scheduler loses a worker's ACK of the final release: it resends the
 // release, and the worker, which lingers after its release, acknowledges
 // it again, so that the scheduler stops without giving up.
 func TestResendFinalReleaseAckLost(t *testing.T) {
-	finalizeLosingOne(t, 200*time.Millisecond, func(j *jobtest.Job) *postoffice.Postoffice { return j.Scheduler }, func(m *message.Message) bool {
+	finalizeLosingOne(t, func(j *jobtest.Job) *postoffice.Postoffice { return j.Scheduler }, func(m *message.Message) bool {
 		return m.Meta.Control.Cmd == message.CmdAck && m.Meta.Sender == int32(message.WorkerRankToID(0))
 	})
 }
@@ -178,7 +184,7 @@ func TestResendFinalReleaseAckLost(t *testing.T) {
 func TestResendBarrierRequestAckLost(t *testing.T) {
 	var armed, dropped atomic.Bool
 	w0 := int32(message.WorkerRankToID(0))
-	j := resendJob(t, 20*time.Millisecond, 0, func(j *jobtest.Job) {
+	j := resendJob(t, 0, func(j *jobtest.Job) {
 		j.Workers[0].DropReceived(dropOnce(&armed, &dropped, func(m *message.Message) bool {
 			return m.Meta.Control.Cmd == message.CmdAck && m.Meta.Sender == message.SchedulerID
 		}))
@@ -203,7 +209,7 @@ func TestResendBarrierRequestAckLost(t *testing.T) {
 }
 
 // Stress (issue 24): short jobs, each started, put through barriers and
-// finalized under 10% loss with a short resend timeout. Every job ends,
+// finalized under 10% loss. Every job ends,
 // and no node gives up on a message.
 func TestResendStressJobs(t *testing.T) {
 	jobs := 8
@@ -212,7 +218,7 @@ func TestResendStressJobs(t *testing.T) {
 	}
 	for i := range jobs {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
-			j := resendJob(t, 25*time.Millisecond, 10, nil)
+			j := resendJob(t, 10, nil)
 			for range 5 {
 				jobtest.Barrier(t, j.All(), message.AllGroup)
 			}

@@ -21,8 +21,10 @@ func replicated(k int) func(*postoffice.Config) {
 	return func(c *postoffice.Config) {
 		c.Elastic = true
 		c.Replicas = k
-		c.HeartbeatInterval = 100 * time.Millisecond
-		c.HeartbeatTimeout = 500 * time.Millisecond
+		// a stopped server is dead after 3 s; a live one on a loaded
+		// 2-core machine never is
+		c.HeartbeatInterval = 200 * time.Millisecond
+		c.HeartbeatTimeout = 3 * time.Second
 	}
 }
 
