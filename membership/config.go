@@ -173,6 +173,10 @@ func (cfg Config) validate() (*memberlist.Config, error) {
 		mc = memberlist.DefaultLANConfig()
 	}
 	mc.Name = cfg.NodeName
+	// A dead member's name may be taken at once by a new process at
+	// another address (a server taking its old id back after a restart);
+	// memberlist's default, never, would keep the new process out.
+	mc.DeadNodeReclaimTime = time.Millisecond
 	mc.BindAddr = bind
 	mc.BindPort = cfg.BindPort
 	// memberlist advertises AdvertisePort; with BindPort 0 it fills in the

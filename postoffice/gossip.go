@@ -28,7 +28,11 @@ func (p *Postoffice) startGossip(me message.Node) error {
 		return err
 	}
 	cfg := membership.Config{
-		NodeName:     me.Role.String() + "-" + addrOf(me),
+		// The id makes each life of a node a name of its own: a server
+		// restarted at its old address joins as a standby under a new id,
+		// and the old name, still held by the dead process's entry, would
+		// refuse it ("conflicting address": its gossip port differs).
+		NodeName:     fmt.Sprintf("%s-%d-%s", me.Role, me.ID, addrOf(me)),
 		ClusterLabel: fmt.Sprintf("elasticps/%s:%d", p.cfg.SchedulerHost, p.cfg.SchedulerPort),
 		Logger:       p.log,
 		Meta:         meta,
