@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,11 @@ import (
 	"github.com/elasticps/elasticps/internal/testutil"
 )
 
-// startHaltedMove starts an elastic job of 2 servers whose scheduler stops
+// startHaltedMove starts an elastic job of servers servers whose scheduler stops
 // moving keys [0, 1000) from server 8 to server 10 after phase
 // (ELASTICPS_TEST_MOVE_HALT), and waits until it has stopped there.
-func startHaltedMove(t *testing.T, phase string) *schedRestartJob {
-	j := startSchedRestartJob(t, true, 2, "ELASTICPS_TEST_MOVE_HALT="+phase)
+func startHaltedMove(t *testing.T, phase string, servers int, extra ...string) *schedRestartJob {
+	j := startSchedRestartJob(t, true, servers, append([]string{"ELASTICPS_TEST_MOVE_HALT=" + phase}, extra...)...)
 	// The move never answers: its scheduler dies in the middle of it.
 	mv := exec.Command(elasticpsBin, "ctl", "--addr", j.ctlAddr, "move", "0", "1000", "10")
 	require.NoError(t, mv.Start())
@@ -45,30 +46,44 @@ func (j *schedRestartJob) restartScheduler(t *testing.T) string {
 // learns from the servers how far the move got and ends it, rolled back
 // when the new owner had not installed the keys (the old owner's export,
 // which only the dead scheduler had received, goes back to it), completed
-// when it had. The workers push all along; their sums are exact and every
-// process exits 0. In "lost", the old owner is killed too after it exported
-// the keys: no live server holds them, so they are routed to the dead
-// server (requests for them fail instead of being answered empty) and
-// reported lost, naming the range, and the job exits non-zero.
+// when it had; also with PS_REPLICAS=1 (3 servers). The workers push all
+// along; their sums are exact and every process exits 0. In "lost-*", the
+// old owner (after its export) or the new owner (after its install) is
+// killed too: no live server holds the keys, so they are routed to the
+// dead server (requests for them fail instead of being answered empty)
+// and reported lost, naming the range, and the job exits non-zero.
 func TestInterruptedMoveResolvedAfterRestart(t *testing.T) {
 	for _, tc := range []struct {
 		phase, oldOwner, outcome string
 		owner                    string // server of [0, 1000) afterwards
+		replicas                 bool   // PS_REPLICAS=1, 3 servers
 	}{
-		{"export", "exported", "rolled back", "8"},
-		{"import", "exported", "completed", "10"},
+		{"export", "exported", "rolled back", "8", false},
+		{"import", "exported", "completed", "10", false},
+		{"export", "exported", "rolled back", "8", true},
+		{"import", "exported", "completed", "10", true},
 	} {
-		t.Run(tc.phase, func(t *testing.T) {
-			j := startHaltedMove(t, tc.phase)
+		name, servers, extra := tc.phase, 2, []string(nil)
+		if tc.replicas {
+			name, servers, extra = tc.phase+"-replicated", 3, []string{"PS_REPLICAS=1"}
+		}
+		t.Run(name, func(t *testing.T) {
+			j := startHaltedMove(t, tc.phase, servers, extra...)
 			resolved := j.restartScheduler(t)
 			assert.Contains(t, resolved, "old_owner="+tc.oldOwner, resolved)
 			assert.Contains(t, resolved, tc.outcome, resolved)
 			status := j.ctl("status")
 			require.Regexp(t, regexp.MustCompile(`(?m)^0\s+\d+\s+`+tc.owner+`\s*$`), status, "keys [0, 1000) should be on server %s, moving no more:\n%s", tc.owner, status)
-			for _, w := range j.workers {
-				n := rounds(w)
-				testutil.WaitFor(t, 30*time.Second, func() bool { return rounds(w) > n+2 },
-					func() string { return w.name + " does not push after the move was resolved:\n" + w.output() })
+			j.pushOn(t, "after the move was resolved")
+			if tc.replicas && tc.owner == "10" {
+				// the completed move's keys have their backups: the new
+				// owner's death loses nothing
+				victim := j.serverWithID(t, 10)
+				kill9(t, victim)
+				j.sched.waitFor(t, "coord: failover")
+				assert.Contains(t, lastLine(j.sched.output(), "coord: failover"), "lost=0 ")
+				j.servers = slices.DeleteFunc(j.servers, func(p *proc) bool { return p == victim })
+				j.pushOn(t, "after the failover")
 			}
 			j.finish(t)
 			assert.NotContains(t, j.sched.output(), "are lost")
@@ -82,12 +97,12 @@ func TestInterruptedMoveResolvedAfterRestart(t *testing.T) {
 		victim      int32
 	}{{"lost-old-owner", "export", 8}, {"lost-new-owner", "import", 10}} {
 		t.Run(tc.name, func(t *testing.T) {
-			j := startHaltedMove(t, tc.phase)
-			victim, other := j.servers[0], j.servers[1]
-			if !strings.Contains(victim.output(), fmt.Sprintf(" id=%d ", tc.victim)) {
-				victim, other = other, victim
+			j := startHaltedMove(t, tc.phase, 2)
+			victim := j.serverWithID(t, tc.victim)
+			other := j.servers[0]
+			if other == victim {
+				other = j.servers[1]
 			}
-			require.Contains(t, victim.output(), fmt.Sprintf(" id=%d ", tc.victim))
 			kill9(t, victim)
 			resolved := j.restartScheduler(t)
 			assert.Contains(t, resolved, "outcome=lost", resolved)
@@ -104,5 +119,28 @@ func TestInterruptedMoveResolvedAfterRestart(t *testing.T) {
 				assert.Contains(t, w.output(), fmt.Sprintf("server %d (rank %d", tc.victim, (tc.victim-8)/2), w.name)
 			}
 		})
+	}
+}
+
+// serverWithID is the server process that has node id id.
+func (j *schedRestartJob) serverWithID(t *testing.T, id int32) *proc {
+	t.Helper()
+	for _, p := range j.servers {
+		if strings.Contains(p.output(), fmt.Sprintf(" id=%d ", id)) {
+			return p
+		}
+	}
+	require.Failf(t, "no such server", "no server process has id %d", id)
+	return nil
+}
+
+// pushOn waits until every worker pushed a few more rounds; when says
+// after what.
+func (j *schedRestartJob) pushOn(t *testing.T, when string) {
+	t.Helper()
+	for _, w := range j.workers {
+		n := rounds(w)
+		testutil.WaitFor(t, 30*time.Second, func() bool { return rounds(w) > n+2 },
+			func() string { return w.name + " does not push " + when + ":\n" + w.output() })
 	}
 }
