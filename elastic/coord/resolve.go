@@ -171,7 +171,23 @@ func (c *Coordinator) resolve(im *interrupted, answered map[int32]bool) {
 	fromHere, toHere := answered[mv.From], answered[mv.To]
 	var outcome string
 	var err error
+	cur := c.table.Current()
 	switch {
+	case cur.Epoch > mv.Epoch && routesTo(cur, mv, mv.To):
+		// Its commit table had gone out (the servers that lack it get
+		// it: rebuild): the new owner may have applied pushes since.
+		outcome = "completed already"
+	case cur.Epoch > mv.Epoch && routesTo(cur, mv, mv.From):
+		outcome = "rolled back already"
+		if im.from == elastic.MoveExported && len(im.state) > 0 {
+			// The table went out before the export came back; the old
+			// owner has applied nothing since it exported.
+			if err = c.returnState(mv, im.state, errors.New("the move was rolled back before the export came back")); err == nil {
+				outcome = "rolled back already (the export went back to the old owner)"
+			} else {
+				outcome, err = "lost", c.lose(r1, mv, mv.From, fmt.Sprintf("a move of them from server %d to server %d was rolled back after server %d exported them, and installing the export back on it failed: %v", mv.From, mv.To, mv.From, err), true)
+			}
+		}
 	case im.installed:
 		outcome, err = "completed", c.complete(r1, im)
 	case !toHere && im.from == elastic.MoveExported && c.replicas == 0:
@@ -261,4 +277,15 @@ func (c *Coordinator) assign(r1 *routing.Routes, mv elastic.Move, node int32) *r
 		iv.Prev, iv.CutSeq = 0, 0
 	}
 	return r
+}
+
+// routesTo reports whether r routes every key of mv's range to node, none of
+// them migrating.
+func routesTo(r *routing.Routes, mv elastic.Move, node int32) bool {
+	for _, iv := range r.Intervals {
+		if iv.Begin < mv.End && mv.Begin < iv.End && (iv.Node != node || iv.Prev != 0) {
+			return false
+		}
+	}
+	return true
 }
