@@ -251,17 +251,19 @@ func (c *Coordinator) lose(r1 *routing.Routes, mv elastic.Move, dead int32, why 
 			c.log.Warn("coord: abort not acknowledged", "node", other, "err", err)
 		}
 	}
+	var rerr error
+	if report {
+		// told before the table goes out: a node whose request for
+		// the keys fails knows why
+		c.log.Error("coord: the keys of an interrupted move are held by no live server; their values are lost", "begin", mv.Begin, "end", mv.End, "why", why)
+		rerr = fmt.Errorf("coord: keys [%d, %d) are lost: %s", mv.Begin, mv.End, why)
+		if err := c.po.ReportKeysLost(mv.Begin, mv.End, why); err != nil {
+			rerr = errors.Join(rerr, err)
+		}
+	}
 	r := c.assign(r1, mv, dead)
 	r.Coalesce()
-	perr := c.publish(r)
-	if !report {
-		return perr
-	}
-	c.log.Error("coord: the keys of an interrupted move are held by no live server; their values are lost", "begin", mv.Begin, "end", mv.End, "why", why)
-	if err := c.po.ReportKeysLost(mv.Begin, mv.End, why); err != nil {
-		return errors.Join(err, perr)
-	}
-	return errors.Join(fmt.Errorf("coord: keys [%d, %d) are lost: %s", mv.Begin, mv.End, why), perr)
+	return errors.Join(rerr, c.publish(r))
 }
 
 // assign is r1 in the next epoch with keys [mv.Begin, mv.End) on node
