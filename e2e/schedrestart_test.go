@@ -23,9 +23,10 @@ import (
 // elasticWorkers with heartbeats on (1 s, lost after 2 s).
 type schedRestartJob struct {
 	*e2eJob
-	env    func(...string) []string
-	signal string
-	ctl    func(args ...string) string // elastic jobs only
+	env     func(...string) []string
+	signal  string
+	ctl     func(args ...string) string // elastic jobs only
+	ctlAddr string                      // the control API's host:port (elastic jobs)
 }
 
 func startSchedRestartJob(t *testing.T, elastic bool, servers int, extra ...string) *schedRestartJob {
@@ -41,11 +42,11 @@ func startSchedRestartJob(t *testing.T, elastic bool, servers int, extra ...stri
 			"PS_BALANCE_INTERVAL=3600000") // moves by the test's hand only
 	}
 	common = append(common, extra...)
-	j := &schedRestartJob{signal: filepath.Join(t.TempDir(), "done")}
+	j := &schedRestartJob{signal: filepath.Join(t.TempDir(), "done"), ctlAddr: fmt.Sprintf("127.0.0.1:%d", ctlPort)}
 	j.env = func(extra ...string) []string { return append(append([]string{}, common...), extra...) }
 	j.e2eJob = startJob(t, jobSpec{env: j.env, servers: servers, workers: 2, node: "elastic", signal: j.signal, pushing: "elastic worker pushing"})
 	j.ctl = func(args ...string) string {
-		cmd := exec.Command(elasticpsBin, append([]string{"ctl", "--addr", fmt.Sprintf("127.0.0.1:%d", ctlPort)}, args...)...)
+		cmd := exec.Command(elasticpsBin, append([]string{"ctl", "--addr", j.ctlAddr}, args...)...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "ctl %v: %s", args, out)
 		return string(out)

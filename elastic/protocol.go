@@ -58,6 +58,10 @@ const (
 	// move (From the primary, To the backup): the backup installed its
 	// copy, so it counts as a live copy of the keys from now on.
 	MsgSeeded
+	// MsgMoves: scheduler -> server, empty body: a restarted scheduler
+	// asks which moves this server is in the middle of; the reply body is
+	// MarshalMoveReports' (see MoveReport).
+	MsgMoves
 )
 
 // MessageName names an elastic control message for logs and
@@ -90,6 +94,8 @@ func MessageName(head int32) string {
 		return "ship"
 	case MsgSeeded:
 		return "seeded"
+	case MsgMoves:
+		return "moves"
 	}
 	return "message " + strconv.Itoa(int(head))
 }

@@ -86,3 +86,31 @@ func TestOpenOutsideElasticModeMakesPlainNodes(t *testing.T) {
 		po.Stop()
 	}
 }
+
+func TestMoveReportsRoundTrip(t *testing.T) {
+	in := []MoveReport{
+		{Stage: MoveKept, Move: Move{Begin: 0, End: 10, From: 8, To: 10, Epoch: 2}},
+		{Stage: MoveExported, Move: Move{Begin: 10, End: 20, From: 8, To: 12, Epoch: 3}, State: []byte("M state")},
+		{Stage: MoveParked, Move: Move{Begin: 20, End: 30, From: 10, To: 8, Epoch: 4}},
+		{Stage: MoveInstalled, Move: Move{Begin: 30, End: 40, From: 12, To: 8, Epoch: 5}},
+	}
+	got, err := UnmarshalMoveReports(MarshalMoveReports(in))
+	require.NoError(t, err)
+	assert.Equal(t, in, got)
+	none, err := UnmarshalMoveReports(nil)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	assert.Equal(t, "exported", MoveExported.String())
+	assert.Equal(t, "none", MoveStage(0).String())
+}
+
+func TestMoveReportsRejectBadInput(t *testing.T) {
+	good := MarshalMoveReports([]MoveReport{{Stage: MoveExported, Move: Move{Begin: 1, End: 2, From: 8, To: 10}, State: []byte("abc")}})
+	bad := append([]byte{9}, good[1:]...)
+	_, err := UnmarshalMoveReports(bad)
+	assert.ErrorContains(t, err, "unknown stage 9")
+	_, err = UnmarshalMoveReports(good[:len(good)-1])
+	assert.ErrorContains(t, err, "is truncated")
+	_, err = UnmarshalMoveReports(good[:20])
+	assert.ErrorContains(t, err, "shorter than 32")
+}

@@ -42,6 +42,10 @@ type serverAgent struct {
 	load          loadStats
 	keys          map[uint64]keyMeta // fallback hand-over: cmd and type per pushed key
 	rep           *replication       // PS_REPLICAS > 0; nil otherwise
+	// installed are the moves this server installed as their new owner
+	// whose commit table has not arrived yet (a restarted scheduler asks
+	// for them: MsgMoves)
+	installed []Move
 }
 
 type inflightReq struct {
@@ -114,6 +118,8 @@ func (e *serverAgent) handle(from int32, head int32, body []byte) ([]byte, error
 			return nil, e.installShip(from, body)
 		}
 		return nil, e.installSeed(body)
+	case MsgMoves:
+		return e.moveReports(), nil
 	case MsgAbort:
 		mv, _, err := UnmarshalMove(body)
 		if err != nil {
@@ -157,6 +163,7 @@ func (e *serverAgent) setRoutes(r *routing.Routes) {
 		kept = append(kept, c)
 	}
 	e.cuts = kept
+	e.installed = slices.DeleteFunc(e.installed, func(mv Move) bool { return r.Epoch > mv.Epoch })
 	// An incoming range whose migration was aborted goes back; one
 	// installed here and now committed lets its requests in (behind the
 	// seedings of its backups, which replicaRoutes started).
@@ -255,6 +262,17 @@ func (e *serverAgent) install(mv Move, state []byte) error {
 		return err
 	}
 	e.mu.Lock()
+	if mv.From == e.me() {
+		// The export came back (the move was undone): the keys are here
+		// again, and the copy kept of them is stale from now on.
+		for _, c := range e.cuts {
+			if c.mv == mv && c.exported {
+				c.returned, c.state = true, nil
+			}
+		}
+	} else {
+		e.installed = append(e.installed, mv)
+	}
 	var parked []*message.Message
 	kept := e.ins[:0]
 	for _, in := range e.ins {
@@ -286,8 +304,8 @@ func (e *serverAgent) abort(mv Move) (exported bool) {
 	kept := e.cuts[:0]
 	for _, c := range e.cuts {
 		if c.mv.Begin == mv.Begin && c.mv.End == mv.End {
-			if !c.exported {
-				continue // dropped: the keys never left
+			if !c.exported || c.returned {
+				continue // dropped: the keys never left, or came back
 			}
 			exported = true
 		}
@@ -533,6 +551,11 @@ func (e *serverAgent) export(c *cut) {
 		}
 		return
 	}
+	// Kept until the move's next table: should the scheduler die before
+	// the new owner installed it, a restarted one finds it here (MsgMoves).
+	e.mu.Lock()
+	c.state = state
+	e.mu.Unlock()
 	if _, err := e.node.link.Call(message.SchedulerID, MsgExport, MarshalMove(c.mv, state), time.Minute); err != nil {
 		e.po.Logger().Error("elastic: export not delivered", "err", err)
 	}
@@ -716,6 +739,8 @@ type cut struct {
 	pushers  map[int32]uint64 // workers expected to push up to seq-1
 	recv     map[int32]uint64
 	exported bool
+	state    []byte // the export, kept until the cut ends (MsgMoves)
+	returned bool   // the export was installed back here: the keys are here again
 	warned   bool
 	started  time.Time
 	// the sync gate's state of the keys and the requests it had parked

@@ -29,7 +29,7 @@ import (
 // Authority checks that need no token (TERMINATE and barrier releases
 // only from the scheduler) apply always.
 
-// Auth control commands, in elasticps's range (64+; scheduler has 64-67).
+// Auth control commands, in elasticps's range (64+; scheduler has 64-68).
 const (
 	CmdAuthChallenge message.Command = 80
 	CmdAuthProof     message.Command = 81

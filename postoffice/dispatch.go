@@ -165,6 +165,8 @@ func (p *Postoffice) handleAsNode(m *message.Message) {
 		p.nodeGoneNotice(m)
 	case scheduler.CmdFailedOver, scheduler.CmdStateLost:
 		p.failoverNotice(m)
+	case scheduler.CmdKeysLost:
+		p.keysLostNotice(m)
 	default:
 		p.reject(fmt.Errorf("unknown control command %d from node %d", m.Meta.Control.Cmd, m.Meta.Sender))
 	}

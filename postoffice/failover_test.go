@@ -146,3 +146,28 @@ func TestRestartedServerAtItsAddressJoinsAsStandby(t *testing.T) {
 	}
 	assert.Equal(t, map[int32]int{1: rounds, j.Servers[0].MyNode().ID: rounds, j.Workers[0].MyNode().ID: rounds}, from)
 }
+
+// Keys the scheduler reports lost (a move interrupted with the scheduler
+// whose keys no live server holds) make Failure and Finalize fail on every
+// node, naming the range; a bad report is refused.
+func TestReportedLostKeysFailFinalize(t *testing.T) {
+	j := startJob(t, 1, 1, nil)
+	require.NoError(t, j.Scheduler.ReportKeysLost(0, 1000, "server 8 is gone"))
+	require.ErrorContains(t, j.Scheduler.ReportKeysLost(7, 7, ""), "the range is empty")
+	assert.ErrorContains(t, j.Servers[0].ReportKeysLost(0, 1, ""), "only the scheduler")
+	for _, po := range j.All() {
+		testutil.WaitFor(t, 20*time.Second, func() bool { return len(po.KeysLost()) == 1 },
+			func() string { return po.Role().String() + " was not told of the lost keys" })
+		assert.Equal(t, []postoffice.LostKeys{{Begin: 0, End: 1000, Detail: "server 8 is gone"}}, po.KeysLost())
+	}
+	finalized := make(chan error, 3)
+	for _, po := range j.All() {
+		go func() { finalized <- po.Finalize(0, true) }()
+	}
+	for range 3 {
+		err := testutil.Recv(t, finalized, 20*time.Second, func() string { return "Finalize did not return" })
+		require.ErrorIs(t, err, postoffice.ErrKeysLost)
+		assert.NotErrorIs(t, err, postoffice.ErrNodesLost)
+		assert.Contains(t, err.Error(), "the values of keys [0, 1000) are lost: server 8 is gone; the job's results are incomplete")
+	}
+}

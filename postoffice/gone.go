@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -49,6 +50,11 @@ type failover struct {
 // lost a node while it ran: its results are incomplete.
 var ErrNodesLost = errors.New("postoffice: the job lost nodes")
 
+// ErrKeysLost is wrapped by Finalize's error (and Failure's) when the
+// scheduler reported a key range lost (ReportKeysLost): its values are
+// gone, and requests for it fail.
+var ErrKeysLost = errors.New("postoffice: the job lost keys")
+
 // goneTable records the lost nodes and tells the OnNodeGone subscribers,
 // one event at a time, in order, on a goroutine of its own that holds no
 // lock while a callback runs (a callback may call back into the node).
@@ -65,6 +71,16 @@ type goneTable struct {
 	// kept apart from nodes: the outcome may come before the death notice.
 	failovers map[int32]failover
 	changed   chan struct{} // closed and replaced on every death and outcome
+	// keysLost are key ranges whose values are lost although no death
+	// says so: a move interrupted with the scheduler (ReportKeysLost)
+	keysLost []LostKeys
+}
+
+// LostKeys is a key range whose values the job lost, as the scheduler
+// reported it (ReportKeysLost, scheduler.CmdKeysLost).
+type LostKeys struct {
+	Begin, End uint64
+	Detail     string // what happened
 }
 
 // goneItem is an event for every subscriber, or a new subscriber to replay
@@ -201,13 +217,14 @@ func (p *Postoffice) GoneChanged() <-chan struct{} {
 	return t.changed
 }
 
-// Failure returns nil, or an error wrapping ErrNodesLost that names every
-// node whose loss makes the job's results incomplete: each server that
-// died (its state is lost, even if a restarted process took its id) unless
-// the scheduler reported that its failover lost nothing (PS_REPLICAS,
-// ReportFailover), each worker that died and was not replaced, and the
-// scheduler if it stopped answering. Nodes that left the job (drained) are
-// no failure.
+// Failure returns nil, or an error that names every loss that makes the
+// job's results incomplete. It wraps ErrNodesLost for the nodes: each
+// server that died (its state is lost, even if a restarted process took
+// its id) unless the scheduler reported that its failover lost nothing
+// (PS_REPLICAS, ReportFailover), each worker that died and was not
+// replaced, and the scheduler if it stopped answering; nodes that left the
+// job (drained) are no failure. It wraps ErrKeysLost for the key ranges
+// the scheduler reported lost (ReportKeysLost).
 func (p *Postoffice) Failure() error {
 	t := &p.gone
 	if !t.any.Load() {
@@ -215,6 +232,23 @@ func (p *Postoffice) Failure() error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	nodes := t.nodesLost(p)
+	if len(t.keysLost) == 0 {
+		return nodes
+	}
+	parts := make([]string, 0, len(t.keysLost))
+	for _, l := range t.keysLost {
+		parts = append(parts, fmt.Sprintf("the values of keys [%d, %d) are lost: %s", l.Begin, l.End, l.Detail))
+	}
+	keys := fmt.Errorf("%w: %s; the job's results are incomplete: restart the job", ErrKeysLost, strings.Join(parts, "; "))
+	if nodes != nil {
+		return fmt.Errorf("%w; %w", nodes, keys)
+	}
+	return keys
+}
+
+// nodesLost is Failure's part for the nodes the job lost; t.mu is held.
+func (t *goneTable) nodesLost(p *Postoffice) error {
 	var parts []string
 	for _, id := range t.order {
 		g := t.nodes[id]
@@ -268,6 +302,64 @@ func (p *Postoffice) ReportFailover(id int32, nothingLost bool, detail string) e
 		return ErrStopped
 	}
 	return errNoScheduler
+}
+
+// ReportKeysLost records, on the scheduler, that the values of keys
+// [begin, end) are lost, and tells every live server and worker
+// (scheduler.CmdKeysLost): from then on Failure, and so Finalize, fail
+// naming the range; detail says what happened. The coordinator
+// (elastic/coord) calls it when a restarted scheduler finds a move its
+// predecessor left half-done whose keys no live server holds.
+func (p *Postoffice) ReportKeysLost(begin, end uint64, detail string) error {
+	if p.driver == nil {
+		return errors.New("postoffice: only the scheduler reports lost keys")
+	}
+	if end <= begin {
+		return fmt.Errorf("postoffice: lost keys [%d, %d): the range is empty", begin, end)
+	}
+	p.keysLost(LostKeys{Begin: begin, End: end, Detail: detail})
+	if p.driver.do(func(s *scheduler.State) scheduler.Actions { return s.KeysLost(begin, end, detail) }) {
+		return nil
+	}
+	if p.isStopped() {
+		return ErrStopped
+	}
+	return errNoScheduler
+}
+
+// KeysLost lists the key ranges the scheduler reported lost
+// (ReportKeysLost), in the order reported.
+func (p *Postoffice) KeysLost() []LostKeys {
+	t := &p.gone
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]LostKeys(nil), t.keysLost...)
+}
+
+func (p *Postoffice) keysLost(l LostKeys) {
+	t := &p.gone
+	t.mu.Lock()
+	t.keysLost = append(t.keysLost, l)
+	t.any.Store(true)
+	t.signal()
+	t.mu.Unlock()
+	p.log.Error("the values of a key range are lost: requests for it fail, and so does Finalize", "begin", l.Begin, "end", l.End, "detail", l.Detail)
+}
+
+// keysLostNotice handles the scheduler's scheduler.CmdKeysLost on a
+// server or worker.
+func (p *Postoffice) keysLostNotice(m *message.Message) {
+	b := m.Meta.Body
+	if m.Meta.Sender != message.SchedulerID || len(b) < 16 {
+		p.reject(fmt.Errorf("%s notice from node %d with a body of %d bytes; only the scheduler (id 1) sends them, with at least 16 bytes (the range)", m.Meta.Control.Cmd, m.Meta.Sender, len(b)))
+		return
+	}
+	l := LostKeys{Begin: binary.LittleEndian.Uint64(b), End: binary.LittleEndian.Uint64(b[8:]), Detail: string(b[16:])}
+	if l.End <= l.Begin {
+		p.reject(fmt.Errorf("%s notice from the scheduler names the empty range [%d, %d)", m.Meta.Control.Cmd, l.Begin, l.End))
+		return
+	}
+	p.keysLost(l)
 }
 
 // failedOver records the outcome of dead server id's failover.

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"encoding/binary"
 	"testing"
 	"time"
 
@@ -126,4 +127,34 @@ func TestRestartWithoutReplicasIsARecovery(t *testing.T) {
 	a := s.AddNode(t0.Add(15*time.Second), message.Empty, node(message.RoleServer, "127.0.0.1", 7001))
 	requireRecovery(t, a, 10)
 	assert.Empty(t, s.Standbys())
+}
+
+// Lost keys (a move interrupted with the scheduler whose keys no live
+// server holds) are told to every live node, with the range in the body;
+// an empty range is refused.
+func TestKeysLostToldToEveryLiveNode(t *testing.T) {
+	s := readyReplicated(t)
+	for _, id := range []int32{8, 9} {
+		s.Heartbeat(t0.Add(14*time.Second), id)
+	}
+	require.Len(t, s.Tick(t0.Add(15*time.Second)).Gone, 1) // server 10 died
+
+	a := s.KeysLost(0, 1000, "server 8 is gone")
+	require.Empty(t, a.Errors)
+	var to []int32
+	for _, m := range a.Send {
+		require.Equal(t, CmdKeysLost, m.Meta.Control.Cmd)
+		to = append(to, m.Meta.Recver)
+		b := m.Meta.Body
+		require.Len(t, b, 16+len("server 8 is gone"))
+		assert.Equal(t, uint64(0), binary.LittleEndian.Uint64(b))
+		assert.Equal(t, uint64(1000), binary.LittleEndian.Uint64(b[8:]))
+		assert.Equal(t, "server 8 is gone", string(b[16:]))
+	}
+	assert.ElementsMatch(t, []int32{8, 9}, to, "the live nodes, not the dead server")
+
+	a = s.KeysLost(5, 5, "")
+	assert.Empty(t, a.Send)
+	require.Len(t, a.Errors, 1)
+	assert.Contains(t, a.Errors[0].Error(), "lost keys [5, 5): the range is empty")
 }

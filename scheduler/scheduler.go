@@ -7,6 +7,7 @@ package scheduler
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -96,6 +97,13 @@ const (
 	CmdFailedOver message.Command = 66
 	CmdStateLost  message.Command = 67
 )
+
+// CmdKeysLost is an elasticps control command of elastic jobs: the
+// scheduler tells every live node that the values of a key range are lost
+// (KeysLost): a move was interrupted with the scheduler, and no live
+// server holds them. Meta.Body is the range's begin and end (8 bytes each,
+// little endian), then what happened, as text.
+const CmdKeysLost message.Command = 68
 
 // State is the scheduler's state.
 type State struct {
@@ -576,6 +584,29 @@ func (s *State) Failover(id int32, nothingLost bool, detail string) Actions {
 		m.Meta.Control.Cmd = cmd
 		m.Meta.Control.Nodes = []message.Node{g.Node}
 		m.Meta.Body = []byte(detail)
+		a.Send = append(a.Send, m)
+	}
+	return a
+}
+
+// KeysLost tells every live server and worker that the values of keys
+// [begin, end) are lost (CmdKeysLost); detail says how. The coordinator
+// calls it (postoffice.ReportKeysLost) when a restarted scheduler finds
+// a move its predecessor left half-done whose keys no live server holds.
+func (s *State) KeysLost(begin, end uint64, detail string) Actions {
+	var a Actions
+	if end <= begin {
+		a.Errors = append(a.Errors, fmt.Errorf("lost keys [%d, %d): the range is empty", begin, end))
+		return a
+	}
+	a.Events = append(a.Events, fmt.Sprintf("keys [%d, %d) lost: %s", begin, end, detail))
+	body := binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(nil, begin), end)
+	body = append(body, detail...)
+	for _, to := range s.liveIDs() {
+		m := &message.Message{Meta: message.NewMeta()}
+		m.Meta.Recver = to
+		m.Meta.Control.Cmd = CmdKeysLost
+		m.Meta.Body = body
 		a.Send = append(a.Send, m)
 	}
 	return a

@@ -257,6 +257,9 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 		}
 		bal.Coordinator().ReleaseStandbys()
 		po.Stop()
+		if err := po.Failure(); err != nil {
+			return fmt.Errorf("%s finalize: %w", role, err)
+		}
 		return ctx.Err()
 	}
 	if err := po.Finalize(0, true); err != nil {

@@ -38,6 +38,11 @@ type Coordinator struct {
 	// later moves do not wait for it meanwhile (Lagging lists such nodes).
 	PublishWait time.Duration
 
+	// haltAfter, for tests of a scheduler that dies mid-move
+	// (ELASTICPS_TEST_MOVE_HALT): the phase of Move after which it stops
+	// for good, "" to run moves through.
+	haltAfter string
+
 	replicas int            // PS_REPLICAS: backups per interval (replicas.go)
 	leaving  map[int32]bool // servers being drained: no backups go there (guarded by mu)
 	lost     map[int32]bool // dead servers whose intervals had no live backup (guarded by moveMu)
@@ -222,6 +227,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		return c.finish(res, fmt.Errorf("coord: prepare on node %d: %v", from, err))
 	}
 	res.CutSeq = binary.LittleEndian.Uint64(ans)
+	c.halt(PhasePrepare, mv)
 
 	r1 := r0.Split(begin, end)
 	r1.Epoch = mv.Epoch
@@ -235,6 +241,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		c.rollback(r1, mv, false)
 		return c.finish(res, err)
 	}
+	c.halt(PhaseRoutes, mv)
 	ex, err := c.awaitExport(mv)
 	if err != nil {
 		if !errors.Is(err, postoffice.ErrStopped) {
@@ -251,6 +258,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 		return c.finish(res, fmt.Errorf("coord: %w; the move is aborted and the keys stay on node %d", ex.err, from))
 	}
 	res.Bytes = len(ex.state)
+	c.halt(PhaseExport, mv)
 	r2 := r1.Clone()
 	r2.Epoch = mv.Epoch + 1
 	for i := range r2.Intervals {
@@ -264,6 +272,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	if _, err := c.link.Call(to, elastic.MsgImport, elastic.MarshalMove(mv, ex.state), c.Timeout); err != nil {
 		return c.finish(res, c.giveBack(r1, mv, ex.state, fmt.Errorf("coord: install on node %d: %w", to, err)))
 	}
+	c.halt(PhaseImport, mv)
 	r2.Coalesce()
 	if err := c.publish(r2); err != nil {
 		return c.finish(res, err)

@@ -34,6 +34,11 @@ func (c *Coordinator) rebuild(states map[int32][]byte) {
 		c.link.Metrics().RoutingEpoch.Set(float64(newest.Epoch))
 	}
 	cur := c.table.Current()
+	// Moves wait for the moves the old scheduler left half-done to be
+	// ended (so do failovers of servers found dead now): nothing holds
+	// the lock this early, unless a control request raced the rebuild.
+	locked := c.moveMu.TryLock()
+	go c.resolveInterrupted(locked)
 	if c.replicas > 0 {
 		c.assumeSeeded(cur)
 	}

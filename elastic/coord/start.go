@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -23,6 +24,14 @@ func StartBalancer(ctx context.Context, po *postoffice.Postoffice, env postoffic
 	c, err := New(po)
 	if err != nil {
 		return nil, err
+	}
+	if c.haltAfter, _ = env("ELASTICPS_TEST_MOVE_HALT"); c.haltAfter != "" {
+		switch c.haltAfter {
+		case PhasePrepare, PhaseRoutes, PhaseExport, PhaseImport:
+		default:
+			return nil, fmt.Errorf("ELASTICPS_TEST_MOVE_HALT=%q: expected %s, %s, %s or %s (the phase of a move after which a test's scheduler stops)",
+				c.haltAfter, PhasePrepare, PhaseRoutes, PhaseExport, PhaseImport)
+		}
 	}
 	bal, err := NewBalancer(c, rebalance.DefaultConfig(), time.Duration(ms)*time.Millisecond)
 	if err != nil {
