@@ -166,6 +166,11 @@ done
 for n in 1 2 3; do
   run "test_joint-$n" 0 "$n" --env "DMLC_NUM_SERVER=$n" --worker-cmd "env DMLC_ROLE=joint ./$BIN_DIR/test_joint" -- ./$BIN_DIR/test_joint
 done
+# The fork's request fields (KVMeta key/addr/val_len/option) in the job of
+# its test_benchmark_stress: joint processes, two threads on one KVWorker.
+for n in 2 3; do
+  run "test_fork_stress-$n" 0 "$n" --env "DMLC_NUM_SERVER=$n" --worker-cmd "env DMLC_ROLE=joint ./$BIN_DIR/test_fork_stress" -- ./$BIN_DIR/test_fork_stress
+done
 
 run "test_signals-1x1" 1 1 -- ./$BIN_DIR/test_signals
 run "test_signals-2x2" 2 2 -- ./$BIN_DIR/test_signals

@@ -25,9 +25,10 @@ type ReqMeta struct {
 	// before responding to answer with another type.
 	DataType message.DataType
 	Priority int32
-	// Raw is the request's BytePS-fork fields (PS_WIRE=bytedance; zero
-	// otherwise). Response echoes its Key, Addr, ValLen and Option, as the
-	// fork's KVServer does (rawfields.go).
+	// Raw is the request's BytePS-fork fields (all on PS_WIRE=bytedance;
+	// Key, Addr, ValLen and Option on the dmlc wire, the rest zero).
+	// Response echoes its Key, Addr, ValLen and Option, as the fork's
+	// KVServer does (rawfields.go).
 	Raw message.RawFields
 
 	state    *reqState     // nil for a ReqMeta built by hand

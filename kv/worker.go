@@ -263,6 +263,9 @@ func PushPull[T Number](w *Worker, keys []uint64, vals []T, dst *[]T, lens *[]in
 // interface does not allocate.
 type destination interface {
 	buffer(n int) ([]byte, error)
+	// size is the destination's length in bytes when the pull is issued
+	// (0: allocated to the reply's size).
+	size() int
 	// hostOrder reports whether the buffer holds typed elements in host
 	// byte order, which differs from the wire's on big-endian hosts.
 	hostOrder() bool
@@ -271,6 +274,8 @@ type destination interface {
 type byteDst struct{ p *[]byte }
 
 func (d byteDst) hostOrder() bool { return false }
+
+func (d byteDst) size() int { return len(*d.p) }
 
 func (d byteDst) buffer(n int) ([]byte, error) {
 	if len(*d.p) == 0 {
@@ -289,6 +294,8 @@ type prefixDst struct {
 
 func (d *prefixDst) hostOrder() bool { return false }
 
+func (d *prefixDst) size() int { return len(d.buf) }
+
 func (d *prefixDst) buffer(n int) ([]byte, error) {
 	if n > len(d.buf) {
 		return nil, fmt.Errorf("kv: pull destination holds %d bytes but the servers returned %d; give a destination at least that large", len(d.buf), n)
@@ -300,6 +307,8 @@ func (d *prefixDst) buffer(n int) ([]byte, error) {
 type typedDst[T Number] struct{ p *[]T }
 
 func (d typedDst[T]) hostOrder() bool { return true }
+
+func (d typedDst[T]) size() int { return len(*d.p) * int(unsafe.Sizeof(T(0))) }
 
 func (d typedDst[T]) buffer(n int) ([]byte, error) {
 	size := int(unsafe.Sizeof(T(0)))
@@ -602,6 +611,7 @@ func (w *Worker) send(o *op, ts int32, s span) error {
 	} else {
 		// ps-lite always sends an (empty) vals frame with a pull, and
 		// never lens.
+		m.Meta.Raw = pullRaw(o, len(keys))
 		m.AddData(o.dt, nil)
 	}
 	if err := w.deadServer(s.node); err != nil && w.failover {

@@ -40,8 +40,9 @@ const (
 
 var wireTypeNames = [...]string{"varint", "fixed64", "bytes", "start-group", "end-group", "fixed32", "invalid(6)", "invalid(7)"}
 
-// PBMeta field numbers; 14 and up are elasticps extensions that C++ ps-lite
-// skips as unknown fields.
+// PBMeta field numbers; 14 and up are extensions that C++ ps-lite skips as
+// unknown fields: 14-20 elasticps's (Ext), 21-24 the BytePS fork's KV
+// request fields that its raw struct meta has and PBMeta lacks (Raw).
 const (
 	fHead       = 1
 	fBody       = 2
@@ -63,6 +64,10 @@ const (
 	fPushSeq    = 18
 	fIteration  = 19
 	fRedirect   = 20
+	fRawKey     = 21
+	fRawAddr    = 22
+	fRawValLen  = 23
+	fRawOption  = 24
 )
 
 // PBControl and PBNode field numbers.
@@ -87,7 +92,8 @@ var metaFieldNames = map[uint64]string{
 	fDataType: "data_type", fCustomerID: "customer_id", fDataSize: "data_size",
 	fPull: "pull", fPriority: "priority", fEpoch: "epoch", fSendNanos: "send_nanos",
 	fRecvNanos: "recv_nanos", fHandleNano: "handle_nanos", fPushSeq: "push_seq",
-	fIteration: "iteration", fRedirect: "redirect",
+	fIteration: "iteration", fRedirect: "redirect", fRawKey: "raw_key",
+	fRawAddr: "raw_addr", fRawValLen: "raw_val_len", fRawOption: "raw_option",
 }
 
 var controlFieldNames = map[uint64]string{
@@ -228,14 +234,17 @@ func (m *Meta) dataTypeLen() int {
 // extField is one extension field as it goes on the wire.
 type extField struct{ num, v uint64 }
 
-// wireFields lists the extension fields in wire order, so that EncodedLen
-// and MarshalTo cannot disagree about them.
-func (e *Ext) wireFields() [7]extField {
+// wireFields lists the extension fields of m in wire order, so that
+// EncodedLen and MarshalTo cannot disagree about them. The raw int32 fields
+// are sign-extended as protobuf int32s are; of Raw, the dmlc wire carries
+// only the fields the fork's KVServer hands to its handler.
+func (m *Meta) wireFields() [11]extField {
+	e, r := &m.Ext, &m.Raw
 	var redirect uint64
 	if e.Redirect {
 		redirect = 1
 	}
-	return [7]extField{
+	return [11]extField{
 		{fEpoch, e.Epoch},
 		{fSendNanos, uint64(e.SendNanos)},
 		{fRecvNanos, uint64(e.RecvNanos)},
@@ -243,6 +252,10 @@ func (e *Ext) wireFields() [7]extField {
 		{fPushSeq, e.PushSeq},
 		{fIteration, uint64(e.Iteration)},
 		{fRedirect, redirect},
+		{fRawKey, r.Key},
+		{fRawAddr, r.Addr},
+		{fRawValLen, uint64(int64(r.ValLen))},
+		{fRawOption, uint64(int64(r.Option))},
 	}
 }
 
@@ -270,7 +283,7 @@ func (m *Meta) EncodedLen() int {
 	n += 1 + sizeInt32(m.CustomerID)
 	n += 2 // pull
 	n += 1 + sizeInt32(m.Priority)
-	for _, f := range m.Ext.wireFields() {
+	for _, f := range m.wireFields() {
 		if f.v != 0 {
 			n += sizeTagged(f.num, f.v)
 		}
@@ -288,8 +301,9 @@ func (m *Meta) EncodedLen() int {
 // (packed) unless empty; control only when Cmd != CmdEmpty, with
 // barrier_group only for CmdBarrier and msg_sig only for CmdAck. data_size,
 // Sender and Recver are never written (the van does not transmit them). The
-// Ext fields follow as fields 14-19, each only when non-zero, so a meta
-// without extensions is exactly what C++ sends, and C++ skips them otherwise.
+// Ext fields follow as fields 14-20 and Raw's Key, Addr, ValLen and Option
+// as 21-24, each only when non-zero, so a meta without extensions is
+// exactly what C++ sends, and C++ skips them otherwise.
 func (m *Meta) MarshalTo(dst []byte) []byte {
 	dst = slices.Grow(dst, m.EncodedLen())
 	dst = appendInt32(dst, fHead, m.Head)
@@ -320,7 +334,7 @@ func (m *Meta) MarshalTo(dst []byte) []byte {
 	dst = appendInt32(dst, fCustomerID, m.CustomerID)
 	dst = appendBool(dst, fPull, m.Pull)
 	dst = appendInt32(dst, fPriority, m.Priority)
-	for _, f := range m.Ext.wireFields() {
+	for _, f := range m.wireFields() {
 		if f.v != 0 {
 			dst = appendVarint(dst, tag(f.num, wireVarint))
 			dst = appendVarint(dst, f.v)
@@ -685,6 +699,14 @@ func DecodeMeta(b []byte, m *Meta) error {
 			m.Ext.Iteration = int64(r.scalar(num, wt, at))
 		case fRedirect:
 			m.Ext.Redirect = r.scalar(num, wt, at) != 0
+		case fRawKey:
+			m.Raw.Key = r.scalar(num, wt, at)
+		case fRawAddr:
+			m.Raw.Addr = r.scalar(num, wt, at)
+		case fRawValLen:
+			m.Raw.ValLen = r.int32(num, wt, at)
+		case fRawOption:
+			m.Raw.Option = r.int32(num, wt, at)
 		default:
 			r.skip(num, wt, at, 0)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -141,6 +142,10 @@ func TestDecodeMetaValid(t *testing.T) {
 			func(m *message.Meta) {
 				m.Ext = message.Ext{Epoch: 3, SendNanos: -1, RecvNanos: 5, HandleNano: 6, PushSeq: math.MaxUint64, Iteration: math.MinInt64, Redirect: true}
 			}},
+		{"fork raw fields", pb{}.u(21, math.MaxUint64).u(22, 1<<40).i32(23, 30720000).i32(24, -2),
+			func(m *message.Meta) {
+				m.Raw = message.RawFields{Key: math.MaxUint64, Addr: 1 << 40, ValLen: 30720000, Option: -2}
+			}},
 		{"extension fields before standard ones", pb{}.u(18, 1).i32(1, 2), func(m *message.Meta) {
 			m.Head, m.Ext.PushSeq = 2, 1
 		}},
@@ -223,6 +228,41 @@ func TestEncodeMetaExtensions(t *testing.T) {
 		got := decode(t, enc)
 		assert.Equal(t, e, got.Ext, "%+v: decoded Ext", e)
 		assert.Len(t, enc, m.EncodedLen(), "%+v: EncodedLen", e)
+	}
+}
+
+// TestEncodeMetaRawFields checks the BytePS fork's KV request fields on the
+// dmlc wire: fields 21-24 after the C++ bytes, each only when non-zero;
+// the raw fields the dmlc wire does not carry (devices, sid) are not
+// written at all.
+func TestEncodeMetaRawFields(t *testing.T) {
+	base := kvPushMeta()
+	plain := message.EncodeMeta(&base)
+	notCarried := base
+	notCarried.Raw = message.RawFields{SrcDevType: 1, SrcDevID: 2, DstDevType: 3, DstDevID: 4, SID: 5}
+	require.Equal(t, plain, message.EncodeMeta(&notCarried), "device and sid fields changed the dmlc encoding")
+
+	tests := []struct {
+		raw  message.RawFields
+		tail pb // the bytes after the plain meta
+	}{
+		{message.RawFields{Key: 7}, pb{}.u(21, 7)},
+		{message.RawFields{Addr: 0xdeadbeef}, pb{}.u(22, 0xdeadbeef)},
+		{message.RawFields{ValLen: 1024000}, pb{}.i32(23, 1024000)},
+		{message.RawFields{ValLen: -1}, pb{}.i32(23, -1)},
+		{message.RawFields{Option: 3}, pb{}.i32(24, 3)},
+		{message.RawFields{Key: 1, Addr: 2, ValLen: 3, Option: 4}, pb{}.u(21, 1).u(22, 2).i32(23, 3).i32(24, 4)},
+	}
+	for _, tt := range tests {
+		m := base
+		m.Raw = tt.raw
+		m.Ext.Redirect = true
+		enc := message.EncodeMeta(&m)
+		want := append(append(slices.Clone(plain), pb{}.u(20, 1)...), tt.tail...)
+		assert.Equal(t, []byte(want), enc, "%+v: encoding", tt.raw)
+		assert.Len(t, enc, m.EncodedLen(), "%+v: EncodedLen", tt.raw)
+		got := decode(t, enc)
+		assert.Equal(t, tt.raw, got.Raw, "%+v: decoded Raw", tt.raw)
 	}
 }
 
@@ -381,6 +421,7 @@ func TestMarshalToAppends(t *testing.T) {
 func TestMetaCodecAllocs(t *testing.T) {
 	kv := kvPushMeta()
 	kv.Ext = message.Ext{Epoch: 3, SendNanos: 1700000000123456789, PushSeq: 17}
+	kv.Raw = message.RawFields{Key: 1 << 40, ValLen: 30720000}
 	frame := message.EncodeMeta(&kv)
 	buf := make([]byte, 0, 256)
 	var m message.Meta

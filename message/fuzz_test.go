@@ -26,6 +26,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	}
 	kv, an := kvPushMeta(), addNodeMeta()
 	kv.Ext = message.Ext{Epoch: 2, SendNanos: -5, RecvNanos: 6, HandleNano: 7, PushSeq: 8, Iteration: 9}
+	kv.Raw = message.RawFields{Key: 10, Addr: 11, ValLen: -12, Option: 13}
 	testutil.FuzzSeeds(f, append(seeds, message.EncodeMeta(&kv), message.EncodeMeta(&an),
 		[]byte(pb{}.u(9, 8).lp(9, pb{}.varint(9)).key(20, 3).u(1, 1).key(20, 4).lp(3, pb{}.i32(1, 3).i32(3, -1))),
 		[]byte{})...)
@@ -49,6 +50,7 @@ func FuzzDecodeMeta(f *testing.F) {
 		dirty.Body = []byte("stale")
 		dirty.DataType = []message.DataType{1, 2, 3, 4}
 		dirty.Ext.Epoch, dirty.DataSize, dirty.Sender = 99, 5, 3
+		dirty.Raw = message.RawFields{Key: 9, SID: 4}
 		require.NoError(t, message.DecodeMeta(b, &dirty), "decoding into a used Meta")
 		require.True(t, metaEqual(&dirty, &m), "decoding into a used Meta\n got %s\nwant %s", dump(&dirty), dump(&m))
 	})

@@ -201,9 +201,9 @@ type Meta struct {
 	// that C++ ps-lite, which skips unknown fields, is unaffected).
 	Ext Ext
 
-	// Raw holds the BytePS fork's RawMeta fields that dmlc's Meta lacks. Only
-	// the bytedance wire carries them (see rawmeta.go); the dmlc wire
-	// ignores them.
+	// Raw holds the BytePS fork's RawMeta fields that dmlc's Meta lacks. The
+	// bytedance wire carries them all (see rawmeta.go); the dmlc wire carries
+	// Key, Addr, ValLen and Option as extension fields 21-24 (see dmlc.go).
 	Raw RawFields
 }
 

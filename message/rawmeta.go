@@ -29,11 +29,11 @@ import (
 )
 
 // RawFields are the BytePS fork's RawMeta fields that dmlc's Meta lacks.
-// They travel verbatim on the bytedance wire and are zero for messages that
-// came over the dmlc wire. The fork's KVWorker fills them for KV requests
-// (Addr and ValLen describe its value buffer, the devices are CPU(1)/0) and
-// its KVServer echoes Key, Addr, ValLen and Option in responses; its ZeroMQ
-// van does not read them.
+// They travel verbatim on the bytedance wire; the dmlc wire carries Key,
+// Addr, ValLen and Option (extension fields 21-24) and zeroes the rest. The
+// fork's KVWorker fills them for KV requests (Addr and ValLen describe its
+// value buffer, the devices are CPU(1)/0) and its KVServer echoes Key, Addr,
+// ValLen and Option in responses; its ZeroMQ van does not read them.
 type RawFields struct {
 	SrcDevType, SrcDevID int32
 	DstDevType, DstDevID int32

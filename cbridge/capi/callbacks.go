@@ -82,7 +82,8 @@ func callKVRequest(po *postoffice.Postoffice, ctx unsafe.Pointer, meta kv.ReqMet
 	}
 	C.psb_kv_request(ctx, C.int(meta.Cmd), cbool(meta.Push), cbool(meta.Pull), C.int(meta.Sender),
 		C.int(meta.Timestamp), C.int(meta.CustomerID), C.int(meta.DataType), C.int(meta.Priority),
-		C.uint64_t(firstKey(data.Keys)), keys, C.size_t(len(data.Keys)),
+		C.uint64_t(firstKey(data.Keys)), C.uint64_t(meta.Raw.Addr), C.int(meta.Raw.ValLen), C.int(meta.Raw.Option),
+		keys, C.size_t(len(data.Keys)),
 		bytesPtr(data.Vals), C.size_t(len(data.Vals)), lens, C.size_t(len(data.Lens)), release)
 }
 

@@ -427,6 +427,9 @@ func ps_kv_server_response(handle C.uint64_t, req *C.ps_ckv_meta, keys *C.ps_cke
 		Sender:     int32(req.sender),
 		Timestamp:  int32(req.timestamp),
 		CustomerID: int32(req.customer_id),
+		// what a hand-made KVMeta's response echoes (a request's own
+		// meta, found by kvResponse, echoes what the worker sent)
+		Raw: message.RawFields{Key: uint64(req.key), Addr: uint64(req.addr), ValLen: int32(req.val_len), Option: int32(req.option)},
 	}
 	res := kv.KVPairs{
 		Keys: cslice[uint64](unsafe.Pointer(keys), numKeys),

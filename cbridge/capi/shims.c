@@ -86,7 +86,8 @@ static void on_kv_request(void *server, const ps_kv_meta *meta,
  * to Go's heap, once per request). */
 void psb_kv_request(void *server, int cmd, int push, int pull, int sender,
                     int timestamp, int customer_id, int data_type,
-                    int priority, uint64_t key, ps_ckey *keys,
+                    int priority, uint64_t key, uint64_t addr,
+                    int val_len, int option, ps_ckey *keys,
                     size_t num_keys, ps_cvoid *vals, size_t vals_bytes,
                     ps_cint *lens, size_t num_lens, uint64_t release) {
   ps_kv_meta m;
@@ -100,6 +101,9 @@ void psb_kv_request(void *server, int cmd, int push, int pull, int sender,
   m.data_type = data_type;
   m.priority = priority;
   m.key = key;
+  m.addr = addr;
+  m.val_len = val_len;
+  m.option = option;
   on_kv_request(server, &m, keys, num_keys, vals, vals_bytes, lens, num_lens,
                 release);
 }

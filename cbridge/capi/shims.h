@@ -13,7 +13,8 @@ void psb_on_simple(void *app, int is_request, int head, ps_cchar *body,
                    int customer_id);
 void psb_kv_request(void *server, int cmd, int push, int pull, int sender,
                     int timestamp, int customer_id, int data_type,
-                    int priority, uint64_t key, ps_ckey *keys,
+                    int priority, uint64_t key, uint64_t addr,
+                    int val_len, int option, ps_ckey *keys,
                     size_t num_keys, ps_cvoid *vals, size_t vals_bytes,
                     ps_cint *lens, size_t num_lens, uint64_t release);
 void psb_set_lend_min(size_t n);

@@ -53,15 +53,18 @@ struct KVMeta {
   int sender;       // the worker's node id
   int timestamp;    // the worker's request timestamp
   int customer_id;  // the worker's customer id
-  // BytePS fork fields. key is the request's first key (Response needs it
-  // unchanged: a worker operation may send one server several requests,
-  // told apart by their first keys); addr and option are transport details
-  // of the fork's RDMA path and are 0 here; val_len is the number of
-  // values in the request.
-  Key key;
-  uint64_t addr;
-  int val_len;
-  int option;
+  // BytePS fork fields. key is the request's first key, as the fork's RDMA
+  // vans set it (Response needs it unchanged: a worker operation may send
+  // one server several requests, told apart by their first keys). addr,
+  // val_len and option are what the worker sent (the fork's KVWorker, or
+  // an elasticps one: addr 0, option 0) and Response echoes them: val_len
+  // is the number of values of a push, or for a pull its share of the
+  // worker's destination (0: to be allocated). A push from a worker that
+  // sends none (dmlc ps-lite) has its own count.
+  Key key = 0;
+  uint64_t addr = 0;
+  int val_len = 0;
+  int option = 0;
 };
 
 namespace detail {
@@ -557,6 +560,9 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     m.customer_id = req.customer_id;
     m.data_type = tag_;
     m.key = req.key;
+    m.addr = req.addr;
+    m.val_len = req.val_len;
+    m.option = req.option;
     // Arrays the library may read after the call are lent: the response
     // keeps a copy of res (its SArrays' memory) until FreeKept. Shorter
     // ones are copied during the call, and nothing is kept.
@@ -621,9 +627,13 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     meta.timestamp = m.timestamp;
     meta.customer_id = m.customer_id;
     meta.key = num_keys > 0 ? keys[0] : 0;
-    meta.addr = 0;
-    meta.val_len = static_cast<int>(vals_bytes / sizeof(Val));
-    meta.option = 0;
+    meta.addr = m.addr;
+    // the worker's count; a push from a worker that sends none (dmlc
+    // ps-lite) gets its own
+    meta.val_len = m.val_len != 0 || !meta.push
+                       ? m.val_len
+                       : static_cast<int>(vals_bytes / sizeof(Val));
+    meta.option = m.option;
 
     if (vals_bytes % sizeof(Val) != 0) {
       LOG(ERROR) << "KVServer: a request from node " << m.sender << " has "

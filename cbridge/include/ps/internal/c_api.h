@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 /* Bumped when a function or struct below changes incompatibly. */
-#define PS_CAPI_VERSION 1
+#define PS_CAPI_VERSION 2
 
 /* Most data frames a message may carry (the transport's limit). */
 #define PS_MAX_FRAMES 16
@@ -93,6 +93,15 @@ typedef struct ps_kv_meta {
    * server several requests (elastic mode routes parts of a server's key
    * range to other servers and back), all with one timestamp. */
   uint64_t key;
+  /* The BytePS fork's request fields, as its KVWorker sent them (0 from a
+   * worker that sets none, such as dmlc ps-lite's) and as a response
+   * echoes them: the worker's buffer address (only the fork's RDMA vans
+   * use it; elasticps workers send 0), the number of values (a push's, or
+   * a pull's share of its destination; 0: a destination to be allocated),
+   * and the fork's option. */
+  uint64_t addr;
+  int val_len;
+  int option;
 } ps_kv_meta;
 typedef const ps_kv_meta ps_ckv_meta;
 
