@@ -79,6 +79,7 @@ const (
 	fNodeIsRecovery = 5
 	fNodeCustomerID = 10
 	fNodeStandby    = 14 // elasticps extension
+	fNodeWantRank   = 15 // elasticps extension: the preferred rank
 )
 
 var metaFieldNames = map[uint64]string{
@@ -97,6 +98,7 @@ var controlFieldNames = map[uint64]string{
 var nodeFieldNames = map[uint64]string{
 	fNodeRole: "role", fNodeID: "id", fNodeHostname: "hostname", fNodePort: "port",
 	fNodeIsRecovery: "is_recovery", fNodeCustomerID: "customer_id", fNodeStandby: "standby",
+	fNodeWantRank: "want_rank",
 }
 
 // tag returns the key of a field: number and wire type as protobuf combines them.
@@ -155,7 +157,16 @@ func (n *Node) encodedLen() int {
 		1 + sizeInt32(n.Port) +
 		2 + // is_recovery
 		1 + sizeInt32(n.CustomerID) +
-		standbyLen(n.Standby)
+		standbyLen(n.Standby) +
+		wantRankLen(n.WantRank)
+}
+
+// wantRankLen: the preferred rank is written only when set.
+func wantRankLen(w int32) int {
+	if w > 0 {
+		return 1 + sizeInt32(w-1)
+	}
+	return 0
 }
 
 // standbyLen: the standby extension is written only when set, so C++
@@ -178,6 +189,9 @@ func (n *Node) appendTo(dst []byte) []byte {
 	dst = appendInt32(dst, fNodeCustomerID, n.CustomerID)
 	if n.Standby {
 		dst = appendBool(dst, fNodeStandby, true)
+	}
+	if n.WantRank > 0 {
+		dst = appendInt32(dst, fNodeWantRank, n.WantRank-1)
 	}
 	return dst
 }
@@ -813,6 +827,12 @@ func (r *reader) node(n *Node) {
 			n.CustomerID = r.int32(num, wt, at)
 		case fNodeStandby:
 			n.Standby = r.scalar(num, wt, at) != 0
+		case fNodeWantRank:
+			if v := r.int32(num, wt, at); v >= 0 && v < MaxNodes {
+				n.WantRank = v + 1
+			} else if r.err == nil {
+				r.fail(at, num, "preferred rank %d, want 0 to %d", v, MaxNodes-1)
+			}
 		default:
 			r.skip(num, wt, at, 0)
 		}

@@ -150,6 +150,22 @@ type Node struct {
 	// load (scale-out); it has no logical key range of its own (PBNode
 	// field 14, an elasticps extension written only when set).
 	Standby bool
+	// WantRank is one more than the rank this node asks the scheduler for
+	// (BytePS's StartPS(…, rank, …), DMLC_RANK); 0 asks for none. It is
+	// PBNode field 15 (an elasticps extension, written only when set) and
+	// the fork's aux_id on its raw wire (-1 there for none).
+	WantRank int32
+}
+
+// WantedRank returns the rank n asks for, if any.
+func (n Node) WantedRank() (int, bool) { return int(n.WantRank) - 1, n.WantRank > 0 }
+
+// WantRankOf is the WantRank value of rank r (r < 0: none).
+func WantRankOf(r int) int32 {
+	if r < 0 {
+		return 0
+	}
+	return int32(r + 1)
 }
 
 // NewNode returns a Node with ps-lite's constructor defaults.
