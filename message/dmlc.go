@@ -202,7 +202,7 @@ func (c *Control) encodedLen() int {
 		l := c.Nodes[i].encodedLen()
 		n += 1 + sizeVarint(uint64(l)) + l
 	}
-	if c.Cmd == CmdBarrier {
+	if c.Cmd.isBarrier() {
 		n += 1 + sizeInt32(c.BarrierGroup)
 	}
 	if c.Cmd == CmdAck {
@@ -221,7 +221,7 @@ func (c *Control) appendTo(dst []byte) []byte {
 	}
 	// The reference sets barrier_group and msg_sig only for the commands that
 	// use them; writing them otherwise would change the bytes.
-	if c.Cmd == CmdBarrier {
+	if c.Cmd.isBarrier() {
 		dst = appendInt32(dst, fCtrlBarrierGroup, c.BarrierGroup)
 	}
 	if c.Cmd == CmdAck {
@@ -300,7 +300,8 @@ func (m *Meta) EncodedLen() int {
 // number order; head, request, push, simple_app, customer_id, pull and
 // priority always; app_id and timestamp unless Empty; body and data_type
 // (packed) unless empty; control only when Cmd != CmdEmpty, with
-// barrier_group only for CmdBarrier and msg_sig only for CmdAck. data_size,
+// barrier_group only for CmdBarrier (and the fork's CmdInstanceBarrier,
+// which instance groups use on this wire too) and msg_sig only for CmdAck. data_size,
 // Sender and Recver are never written (the van does not transmit them). The
 // Ext fields follow as fields 14-19, each only when non-zero, so a meta
 // without extensions is exactly what C++ sends, and C++ skips them otherwise.
@@ -713,7 +714,7 @@ func DecodeMeta(b []byte, m *Meta) error {
 	if c.Cmd == CmdEmpty {
 		*c = Control{Nodes: c.Nodes[:0]}
 	}
-	if c.Cmd != CmdBarrier {
+	if !c.Cmd.isBarrier() {
 		c.BarrierGroup = 0
 	}
 	if c.Cmd != CmdAck {

@@ -80,9 +80,14 @@ const (
 	CmdAck       Command = 4
 	CmdHeartbeat Command = 5
 	// CmdInstanceBarrier is the BytePS fork's barrier over every instance
-	// (its Start and Finalize use it); it exists on the bytedance wire only.
+	// (its Start and Finalize use it); on the dmlc wire only elasticps nodes
+	// of a job with instance groups (DMLC_GROUP_SIZE) send it.
 	CmdInstanceBarrier Command = 9
 )
+
+// isBarrier reports whether c is a BARRIER or an INSTANCE_BARRIER, the
+// commands that carry a barrier group.
+func (c Command) isBarrier() bool { return c == CmdBarrier || c == CmdInstanceBarrier }
 
 var commandNames = [...]string{"EMPTY", "TERMINATE", "ADD_NODE", "BARRIER", "ACK", "HEARTBEAT"}
 
