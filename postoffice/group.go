@@ -1,6 +1,7 @@
 package postoffice
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/elasticps/elasticps/message"
@@ -32,12 +33,35 @@ func (c *Config) validateGroup() error {
 	if g == 1 {
 		return nil
 	}
-	if c.Role != message.RoleScheduler && c.WantRank == 0 {
-		return fmt.Errorf("postoffice: DMLC_GROUP_SIZE=%d needs this %s's rank: set DMLC_RANK (0 to %d) or pass StartPS a rank >= 0", g, c.Role, c.roleCount()-1)
-	}
 	if c.Elastic || c.Replicas > 0 || c.Standby {
 		return fmt.Errorf("postoffice: DMLC_GROUP_SIZE=%d cannot be combined with PS_ELASTIC, PS_REPLICAS or PS_STANDBY: unset DMLC_GROUP_SIZE or those", g)
 	}
+	return nil
+}
+
+// checkGroupRank says why this node cannot register (nil: it can): with
+// instance groups every instance needs its process's rank. Checked at
+// Start, so that SetWantRank may come after New.
+func (c *Config) checkGroupRank() error {
+	if g := c.groupSize(); g > 1 && c.Role != message.RoleScheduler && c.WantRank == 0 {
+		return fmt.Errorf("postoffice: DMLC_GROUP_SIZE=%d needs this %s's rank: set DMLC_RANK (0 to %d) or pass StartPS a rank >= 0", g, c.Role, c.roleCount()-1)
+	}
+	return nil
+}
+
+// SetWantRank sets the rank this node's process asks for (rank < 0:
+// none), as Config.WantRank does; only before Start (the BytePS fork's
+// StartPS passes it when it starts).
+func (p *Postoffice) SetWantRank(rank int) error {
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	if p.started {
+		return errors.New("postoffice: SetWantRank after Start: the node has registered already")
+	}
+	p.mu.Lock()
+	p.cfg.WantRank = int(message.WantRankOf(rank))
+	p.myNode.WantRank = p.cfg.wantedInstanceRank()
+	p.mu.Unlock()
 	return nil
 }
 
