@@ -99,6 +99,11 @@ func TestInstanceGroupsExactSums(t *testing.T) {
 // Without a rank an instance cannot start, and says what to set.
 func TestInstanceGroupNeedsRank(t *testing.T) {
 	cfg := postoffice.Config{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1, SchedulerHost: "127.0.0.1", SchedulerPort: 1, GroupSize: 2}
-	_, err := postoffice.New(cfg, nil)
+	tr, err := postoffice.NewTransport(cfg)
+	require.NoError(t, err)
+	po, err := postoffice.New(cfg, tr)
+	require.NoError(t, err)
+	defer po.Stop()
+	err = po.Start(0)
 	require.ErrorContains(t, err, "DMLC_GROUP_SIZE=2 needs this worker's rank: set DMLC_RANK")
 }
