@@ -16,16 +16,11 @@ import (
 // Unlike the fork, a repeated request of one instance and customer in a
 // round (a resend) counts once.
 func (s *State) groupBarrier(sender int32, appID, customerID int32, group int32) Actions {
-	var a Actions
-	ids, ok := s.groups[int(group)]
-	if !ok || group < 1 || group > 7 {
-		a.Errors = append(a.Errors, fmt.Errorf("BARRIER from node %d names group %d: valid groups are 1-7", sender, group))
+	a, ok := s.barrierValid(sender, group)
+	if !ok {
 		return a
 	}
-	if !s.ready {
-		a.Events = append(a.Events, fmt.Sprintf("dropped BARRIER from node %d before the job is complete: it is sent again", sender))
-		return a
-	}
+	ids := s.groups[int(group)]
 	if !s.isMember(int(group), sender) {
 		a.Send = append(a.Send, s.barrierRelease(sender, appID, customerID, group))
 		return a

@@ -604,14 +604,14 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 	return s.memberBarrier(sender, appID, customerID, group)
 }
 
-// memberBarrier is a barrier of every member of group: a BARRIER without
-// instance groups, an INSTANCE_BARRIER always.
-func (s *State) memberBarrier(sender int32, appID, customerID int32, group int32) Actions {
+// barrierValid checks a barrier request from sender for group: false
+// with the Actions to return when it is not counted.
+func (s *State) barrierValid(sender, group int32) (Actions, bool) {
 	var a Actions
 	_, ok := s.groups[int(group)]
 	if !ok || group < 1 || group > 7 {
 		a.Errors = append(a.Errors, fmt.Errorf("BARRIER from node %d names group %d: valid groups are 1-7", sender, group))
-		return a
+		return a, false
 	}
 	if !s.ready {
 		// Only a restarted scheduler gets these (a node enters barriers
@@ -619,6 +619,16 @@ func (s *State) memberBarrier(sender int32, appID, customerID int32, group int32
 		// nodes send their waiting barriers again once they have the
 		// rebuilt node list.
 		a.Events = append(a.Events, fmt.Sprintf("dropped BARRIER from node %d before the job is complete: it is sent again", sender))
+		return a, false
+	}
+	return a, true
+}
+
+// memberBarrier is a barrier of every member of group: a BARRIER without
+// instance groups, an INSTANCE_BARRIER always.
+func (s *State) memberBarrier(sender int32, appID, customerID int32, group int32) Actions {
+	a, ok := s.barrierValid(sender, group)
+	if !ok {
 		return a
 	}
 	// Arrivals are a set: a repeated request from the same node and
