@@ -98,6 +98,11 @@ for m in 1x1 2x2; do
     run "test_fork_benchmark-mode${mode}-${m}" "${m%x*}" "${m#*x}" --env NUM_KEY_PER_SERVER=2 --env TOTAL_DURATION=3 -- ./$BIN_DIR/test_fork_benchmark 4096 3 "$mode"
   done
 done
+# Instance groups (DMLC_GROUP_SIZE=2): every instance's rank, KVServer and
+# KVWorker per instance, exact sums per instance plane.
+for m in 1x1 2x2; do
+  run "test_instance_groups-${m}" "${m%x*}" "${m#*x}" --env DMLC_GROUP_SIZE=2 -- ./$BIN_DIR/test_instance_groups
+done
 run "test_fork_benchmark-mode1-2x2-ENABLE_RECV_BUFFER" 2 2 --env ENABLE_RECV_BUFFER=1 -- ./$BIN_DIR/test_fork_benchmark 4096 3 1
 for m in 1x1 2x2 3x2; do
   run "test_slicer-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_slicer

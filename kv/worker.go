@@ -136,7 +136,7 @@ func NewWorkerWith(po *postoffice.Postoffice, appID, customerID int, opts Worker
 		if po.Config().Elastic {
 			return nil, errors.New("kv: PS_ELASTIC=1 but the worker has no elastic router: open the node's elastic side with elastic.Open(po) and create the worker with its NewWorker")
 		}
-		r = staticRouter{routing.NewIdentityTable(po.NumServers())}
+		r = staticRouter{routing.NewInstanceTable(po.NumServers(), po.GroupSize(), po.Instance())}
 	}
 	w := &Worker{po: po, simple: embeddedSimpleApp(po), ranges: po.ServerKeyRanges(), router: r, table: r.Table(), counted: r.NumbersPushes()}
 	w.failover = w.counted && po.Config().Replicas > 0

@@ -84,6 +84,7 @@ const (
 	fNodeIsRecovery = 5
 	fNodeCustomerID = 10
 	fNodeStandby    = 14 // elasticps extension
+	fNodeWantRank   = 15 // elasticps extension: the preferred rank
 )
 
 var metaFieldNames = map[uint64]string{
@@ -103,6 +104,7 @@ var controlFieldNames = map[uint64]string{
 var nodeFieldNames = map[uint64]string{
 	fNodeRole: "role", fNodeID: "id", fNodeHostname: "hostname", fNodePort: "port",
 	fNodeIsRecovery: "is_recovery", fNodeCustomerID: "customer_id", fNodeStandby: "standby",
+	fNodeWantRank: "want_rank",
 }
 
 // tag returns the key of a field: number and wire type as protobuf combines them.
@@ -161,7 +163,16 @@ func (n *Node) encodedLen() int {
 		1 + sizeInt32(n.Port) +
 		2 + // is_recovery
 		1 + sizeInt32(n.CustomerID) +
-		standbyLen(n.Standby)
+		standbyLen(n.Standby) +
+		wantRankLen(n.WantRank)
+}
+
+// wantRankLen: the preferred rank is written only when set.
+func wantRankLen(w int32) int {
+	if w > 0 {
+		return 1 + sizeInt32(w-1)
+	}
+	return 0
 }
 
 // standbyLen: the standby extension is written only when set, so C++
@@ -185,6 +196,9 @@ func (n *Node) appendTo(dst []byte) []byte {
 	if n.Standby {
 		dst = appendBool(dst, fNodeStandby, true)
 	}
+	if n.WantRank > 0 {
+		dst = appendInt32(dst, fNodeWantRank, n.WantRank-1)
+	}
 	return dst
 }
 
@@ -194,7 +208,7 @@ func (c *Control) encodedLen() int {
 		l := c.Nodes[i].encodedLen()
 		n += 1 + sizeVarint(uint64(l)) + l
 	}
-	if c.Cmd == CmdBarrier {
+	if c.Cmd.isBarrier() {
 		n += 1 + sizeInt32(c.BarrierGroup)
 	}
 	if c.Cmd == CmdAck {
@@ -213,7 +227,7 @@ func (c *Control) appendTo(dst []byte) []byte {
 	}
 	// The reference sets barrier_group and msg_sig only for the commands that
 	// use them; writing them otherwise would change the bytes.
-	if c.Cmd == CmdBarrier {
+	if c.Cmd.isBarrier() {
 		dst = appendInt32(dst, fCtrlBarrierGroup, c.BarrierGroup)
 	}
 	if c.Cmd == CmdAck {
@@ -299,7 +313,8 @@ func (m *Meta) EncodedLen() int {
 // number order; head, request, push, simple_app, customer_id, pull and
 // priority always; app_id and timestamp unless Empty; body and data_type
 // (packed) unless empty; control only when Cmd != CmdEmpty, with
-// barrier_group only for CmdBarrier and msg_sig only for CmdAck. data_size,
+// barrier_group only for CmdBarrier (and the fork's CmdInstanceBarrier,
+// which instance groups use on this wire too) and msg_sig only for CmdAck. data_size,
 // Sender and Recver are never written (the van does not transmit them). The
 // Ext fields follow as fields 14-20 and Raw's Key, Addr, ValLen and Option
 // as 21-24, each only when non-zero, so a meta without extensions is
@@ -721,7 +736,7 @@ func DecodeMeta(b []byte, m *Meta) error {
 	if c.Cmd == CmdEmpty {
 		*c = Control{Nodes: c.Nodes[:0]}
 	}
-	if c.Cmd != CmdBarrier {
+	if !c.Cmd.isBarrier() {
 		c.BarrierGroup = 0
 	}
 	if c.Cmd != CmdAck {
@@ -835,6 +850,12 @@ func (r *reader) node(n *Node) {
 			n.CustomerID = r.int32(num, wt, at)
 		case fNodeStandby:
 			n.Standby = r.scalar(num, wt, at) != 0
+		case fNodeWantRank:
+			if v := r.int32(num, wt, at); v >= 0 && v < MaxNodes {
+				n.WantRank = v + 1
+			} else if r.err == nil {
+				r.fail(at, num, "preferred rank %d, want 0 to %d", v, MaxNodes-1)
+			}
 		default:
 			r.skip(num, wt, at, 0)
 		}

@@ -80,9 +80,14 @@ const (
 	CmdAck       Command = 4
 	CmdHeartbeat Command = 5
 	// CmdInstanceBarrier is the BytePS fork's barrier over every instance
-	// (its Start and Finalize use it); it exists on the bytedance wire only.
+	// (its Start and Finalize use it); on the dmlc wire only elasticps nodes
+	// of a job with instance groups (DMLC_GROUP_SIZE) send it.
 	CmdInstanceBarrier Command = 9
 )
+
+// isBarrier reports whether c is a BARRIER or an INSTANCE_BARRIER, the
+// commands that carry a barrier group.
+func (c Command) isBarrier() bool { return c == CmdBarrier || c == CmdInstanceBarrier }
 
 var commandNames = [...]string{"EMPTY", "TERMINATE", "ADD_NODE", "BARRIER", "ACK", "HEARTBEAT"}
 
@@ -150,6 +155,22 @@ type Node struct {
 	// load (scale-out); it has no logical key range of its own (PBNode
 	// field 14, an elasticps extension written only when set).
 	Standby bool
+	// WantRank is one more than the rank this node asks the scheduler for
+	// (BytePS's StartPS(…, rank, …), DMLC_RANK); 0 asks for none. It is
+	// PBNode field 15 (an elasticps extension, written only when set) and
+	// the fork's aux_id on its raw wire (-1 there for none).
+	WantRank int32
+}
+
+// WantedRank returns the rank n asks for, if any.
+func (n Node) WantedRank() (int, bool) { return int(n.WantRank) - 1, n.WantRank > 0 }
+
+// WantRankOf is the WantRank value of rank r (r < 0: none).
+func WantRankOf(r int) int32 {
+	if r < 0 {
+		return 0
+	}
+	return int32(r + 1)
 }
 
 // NewNode returns a Node with ps-lite's constructor defaults.

@@ -189,7 +189,7 @@ func (m *Meta) rawCheck() error {
 //
 // Everything the fork leaves uninitialised (ports beyond the first, device
 // arrays, endpoint names, padding) is written as zeros; a node has one port
-// and no preferred rank (aux_id -1). Empty becomes the fork's kEmpty
+// and its preferred rank in aux_id (-1: none). Empty becomes the fork's kEmpty
 // (32767). Sender and Recver are not written.
 func (m *Meta) AppendRaw(dst []byte) ([]byte, error) {
 	if err := m.rawCheck(); err != nil {
@@ -255,7 +255,7 @@ func (m *Meta) AppendRaw(dst []byte) ([]byte, error) {
 		le.PutUint32(p[nPort:], rawInt(nd.Port))
 		p[nIsRecovery] = rawBool(nd.IsRecovery)
 		le.PutUint32(p[nCustomerID:], uint32(nd.CustomerID))
-		le.PutUint32(p[nAuxID:], 0xffffffff) // -1: no preferred rank
+		le.PutUint32(p[nAuxID:], uint32(nd.WantRank-1)) // -1: no preferred rank
 		off += RawNodeSize
 	}
 	if trailer {
@@ -308,7 +308,8 @@ func rawBoolErr(off int, field string, v byte) error {
 // timestamp may reach 32767 in a long job). pull is the flag in the
 // elasticps padding byte when set there, else the fork's meaning (a data
 // message that is not a push). A node's extra ports, devices, endpoint name
-// and aux_id (preferred rank) are checked but not stored.
+// are checked but not stored; aux_id (the preferred rank) is
+// Node.WantRank.
 //
 // As DecodeMeta: the input is not retained (Body and hostnames are copied;
 // a hostname equal to the one already in the reused node is kept, so a
@@ -456,6 +457,10 @@ func decodeRawNodes(b []byte, off, n int, c *Control) error {
 		if id == rawEmpty {
 			id = Empty
 		}
+		aux := rawI32(p, nAuxID)
+		if aux < -1 || aux >= MaxNodes {
+			return rawErr(off+nAuxID, field("aux_id"), "preferred rank %d, want -1 (none) or 0 to %d", aux, MaxNodes-1)
+		}
 		*nd = Node{
 			Role:       Role(rawI32(p, nRole)),
 			ID:         id,
@@ -463,6 +468,7 @@ func decodeRawNodes(b []byte, off, n int, c *Control) error {
 			Hostname:   host,
 			Port:       rawI32(p, nPort),
 			IsRecovery: rec,
+			WantRank:   aux + 1,
 		}
 		off += RawNodeSize
 	}

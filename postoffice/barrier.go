@@ -10,7 +10,9 @@ import (
 
 // Barrier blocks until every node of group has called Barrier
 // (ps::Postoffice::Barrier). One response releases every customer of this
-// process that is waiting, not only customer 0.
+// process that is waiting, not only customer 0. With instance groups
+// (Config.GroupSize > 1) it waits for one instance of every process of the
+// group, as the BytePS fork's Barrier does.
 func (p *Postoffice) Barrier(customerID int, group int) error {
 	return p.barrier(customerID, group, message.CmdBarrier)
 }
@@ -18,7 +20,9 @@ func (p *Postoffice) Barrier(customerID int, group int) error {
 // barrier is Barrier with the request's command (see lifecycleBarrier).
 func (p *Postoffice) barrier(customerID int, group int, cmd message.Command) error {
 	ids := p.NodeIDs(group)
-	if len(ids) <= 1 {
+	if len(ids) <= 1 || cmd == message.CmdBarrier && len(ids) <= p.cfg.groupSize() {
+		// with instance groups a BARRIER is one of processes: a group
+		// of one process has nothing to wait for
 		return nil
 	}
 	role := p.cfg.Role

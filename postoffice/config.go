@@ -36,6 +36,23 @@ type Config struct {
 	// DMLC_NUM_SERVER). NumWorkers counts worker *registrations*: a process
 	// with two customers that both call Start registers twice.
 	NumWorkers, NumServers int
+	// GroupSize is the number of instances each server and worker process
+	// runs (DMLC_GROUP_SIZE, the BytePS fork's instance groups; 0 or 1:
+	// one). NumWorkers and NumServers then count processes: the job has
+	// GroupSize times as many nodes, instance i of every process talking
+	// to instance i of the others. Every instance needs a WantRank, and
+	// every node of the job (the scheduler too) the same GroupSize.
+	GroupSize int
+	// Instance is which instance of its process this node is, 0 to
+	// GroupSize-1. It asks for rank (WantRank-1)*GroupSize+Instance, serves
+	// or uses the key ranges of the servers' instance Instance, and binds
+	// Port+Instance when Port is set.
+	Instance int
+	// WantRank is one more than the rank of this process it asks the
+	// scheduler for (DMLC_RANK; the BytePS fork's StartPS(…, rank, …)); 0
+	// asks for none (message.WantRankOf converts). The scheduler refuses a
+	// rank another node has or beyond NumServers/NumWorkers.
+	WantRank int
 	// SchedulerHost and SchedulerPort locate the scheduler
 	// (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT). The scheduler binds exactly there.
 	SchedulerHost string
@@ -241,6 +258,16 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	}
 	if c.NumWorkers+c.NumServers == 0 {
 		return c, &EnvError{Var: "DMLC_NUM_WORKER", Value: "0", Want: "at least one worker or server (DMLC_NUM_WORKER + DMLC_NUM_SERVER >= 1)"}
+	}
+	if c.GroupSize, err = optionalInt(get, "DMLC_GROUP_SIZE", 1, 1, "the number of instances per server and worker process, an integer >= 1 (default 1)"); err != nil {
+		return c, err
+	}
+	if c.Role != message.RoleScheduler {
+		rank, err := optionalInt(get, "DMLC_RANK", -1, -1, "the rank this process asks for, an integer >= 0 (-1 or unset: the scheduler picks one)")
+		if err != nil {
+			return c, err
+		}
+		c.WantRank = int(message.WantRankOf(rank))
 	}
 	c.SchedulerHost = get("DMLC_PS_ROOT_URI")
 	if c.SchedulerHost == "" {
@@ -567,6 +594,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("postoffice: scheduler address %s:%d is invalid: set SchedulerHost and SchedulerPort (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT)", c.SchedulerHost, c.SchedulerPort)
 	}
 	if err := c.Sync.validate(); err != nil {
+		return err
+	}
+	if err := c.validateGroup(); err != nil {
 		return err
 	}
 	if c.Role != message.RoleScheduler && c.NodeHost == "" {

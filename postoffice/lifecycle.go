@@ -57,6 +57,9 @@ func (p *Postoffice) startOnce() error {
 		return ErrStopped
 	default:
 	}
+	if err := p.cfg.checkGroupRank(); err != nil {
+		return err
+	}
 	retries := 40
 	if p.cfg.Role == message.RoleScheduler {
 		retries = 0

@@ -133,7 +133,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		parked:      map[customerKey][]parked{},
 		parkedBytes: map[int32]int64{},
 		barrierWait: map[int32]barrierWaiter{},
-		groups:      scheduler.Groups(cfg.NumServers, cfg.NumWorkers),
+		groups:      scheduler.Groups(cfg.NumServers*cfg.groupSize(), cfg.NumWorkers*cfg.groupSize()),
 		ranges:      routing.KeyRanges(cfg.NumServers),
 		waitReport:  waitReport{waitReportFirst, waitReportMax},
 	}
@@ -179,6 +179,10 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 	} else {
 		p.myNode.Hostname = cfg.NodeHost
 		p.myNode.Port = int32(cfg.Port)
+		if cfg.Port != 0 {
+			p.myNode.Port += int32(cfg.Instance)
+		}
+		p.myNode.WantRank = cfg.wantedInstanceRank()
 	}
 	return p, nil
 }
@@ -241,7 +245,8 @@ func (p *Postoffice) MyRank() int { return message.IDToRank(int(p.MyNode().ID)) 
 // Role is this node's role.
 func (p *Postoffice) Role() message.Role { return p.cfg.Role }
 
-// NumWorkers and NumServers are the job's counts.
+// NumWorkers and NumServers are the job's counts (of processes, with
+// instance groups).
 func (p *Postoffice) NumWorkers() int { return p.cfg.NumWorkers }
 
 // NumServers is the number of servers.

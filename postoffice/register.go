@@ -82,7 +82,7 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 		p.reject(fmt.Errorf("ADD_NODE node list does not contain this node (%s:%d)", me.Hostname, me.Port))
 		return
 	}
-	reportRank(message.IDToRank(int(me.ID)))
+	reportRank(message.IDToRank(int(me.ID)) / p.cfg.groupSize())
 	for _, n := range toConnect {
 		// Workers never talk to workers, nor servers to servers, but
 		// with PS_REPLICAS a primary forwards pushes to its backups.

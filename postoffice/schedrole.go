@@ -244,8 +244,9 @@ func (d *schedulerDriver) apply(a scheduler.Actions) {
 // me: the driver, the gossip it listens to, and the self-connection.
 func (p *Postoffice) startScheduler(me message.Node) error {
 	p.driver.start(scheduler.Config{
-		NumServers: p.cfg.NumServers, NumWorkers: p.cfg.NumWorkers,
-		Self: me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, HeartbeatInterval: p.cfg.HeartbeatInterval,
+		NumServers: p.cfg.NumServers * p.cfg.groupSize(), NumWorkers: p.cfg.NumWorkers * p.cfg.groupSize(),
+		GroupSize: p.cfg.GroupSize,
+		Self:      me, HeartbeatTimeout: p.cfg.HeartbeatTimeout, HeartbeatInterval: p.cfg.HeartbeatInterval,
 		Gossip: p.cfg.GossipPort > 0, Replicas: p.cfg.Replicas,
 	}, p.startTime)
 	if p.auth.key == nil {

@@ -289,9 +289,18 @@ type Table struct {
 }
 
 // NewIdentityTable returns the identity table for n servers.
-func NewIdentityTable(n int) *Table {
+func NewIdentityTable(n int) *Table { return NewInstanceTable(n, 1, 0) }
+
+// NewInstanceTable is the identity table of instance of n server
+// processes with groupSize instances each (DMLC_GROUP_SIZE): logical range
+// i goes to server rank i*groupSize+instance.
+func NewInstanceTable(n, groupSize, instance int) *Table {
 	t := &Table{ranges: KeyRanges(n), changed: make(chan struct{})}
-	t.cur.Store(IdentityRoutes(t.ranges))
+	r := IdentityRoutes(t.ranges)
+	for i := range r.Intervals {
+		r.Intervals[i].Node = int32(message.ServerRankToID(i*groupSize + instance))
+	}
+	t.cur.Store(r)
 	return t
 }
 

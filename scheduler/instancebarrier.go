@@ -5,8 +5,8 @@ import "github.com/elasticps/elasticps/message"
 // InstanceBarrier handles the BytePS fork's INSTANCE_BARRIER request (cmd
 // 9), which its nodes send in Start and Finalize. The fork's scheduler
 // counts every instance of the group and answers each with an
-// INSTANCE_BARRIER; without instance groups (DMLC_GROUP_SIZE) that is a
-// BARRIER's count, so the arrival joins the group's barrier round and is
+// INSTANCE_BARRIER; that is a BARRIER's count without instance groups
+// (DMLC_GROUP_SIZE), so the arrival joins the group's barrier round and is
 // answered with the command it came with.
 func (s *State) InstanceBarrier(sender int32, appID, customerID int32, group int32) Actions {
 	k := arrival{sender, customerID}
@@ -14,7 +14,7 @@ func (s *State) InstanceBarrier(sender int32, appID, customerID int32, group int
 		s.instance = map[arrival]bool{}
 	}
 	s.instance[k] = true
-	a := s.Barrier(sender, appID, customerID, group)
+	a := s.memberBarrier(sender, appID, customerID, group)
 	if round := s.barrier[int(group)]; !round[k] {
 		// Released at once, or dropped: nothing waits for the answer.
 		delete(s.instance, k)

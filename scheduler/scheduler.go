@@ -43,6 +43,12 @@ type Config struct {
 	// servers and workers (see Rejoin); 0: 2*HeartbeatTimeout +
 	// HeartbeatInterval, at least a second.
 	RebuildWait time.Duration
+	// GroupSize is the job's DMLC_GROUP_SIZE (0 or 1: no instance
+	// groups): NumServers and NumWorkers count instances, GroupSize per
+	// process, and every instance registers with its rank (ranks.go). A
+	// BARRIER then counts processes, as the BytePS fork's does, while
+	// INSTANCE_BARRIER counts instances (groupbarrier.go).
+	GroupSize int
 }
 
 // Actions are what the caller must do after a Step, in this order: open
@@ -126,6 +132,9 @@ type State struct {
 	dead       map[int32]Gone // declared dead and not replaced since
 	lost       []Gone         // servers declared dead: their state is lost (no replicas)
 	rebuild    *rebuild       // set while a restarted scheduler collects the running job's nodes
+	// groupRounds: group -> who has arrived in this round of a group
+	// barrier (groupbarrier.go), in arrival order
+	groupRounds map[int][]arrival
 }
 
 // New returns the state at time now.
@@ -250,6 +259,10 @@ func (s *State) AddNode(now time.Time, sender int32, node message.Node) Actions 
 			a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s %s:%d rejected: all %d %ss have already registered; check DMLC_NUM_SERVER/DMLC_NUM_WORKER", node.Role, node.Hostname, node.Port, s.expected(node.Role), node.Role))
 			return a
 		}
+		if err := s.checkWantedRank(node); err != nil {
+			a.Errors = append(a.Errors, err)
+			return a
+		}
 		node.ID = message.Empty
 		s.pending = append(s.pending, node)
 		a.Events = append(a.Events, fmt.Sprintf("registered %s (%d/%d)", node, len(s.pending), s.cfg.NumServers+s.cfg.NumWorkers))
@@ -284,15 +297,14 @@ func (s *State) complete(now time.Time, a *Actions) {
 	nodes := s.pending
 	s.pending = nil
 	slices.SortStableFunc(nodes, rankOrder)
+	ranks := assignRanks(nodes)
 	numServers, numWorkers := 0, 0
 	for i := range nodes {
 		n := &nodes[i]
-		var id int32
+		id := rankID(n.Role, ranks[i])
 		if n.Role == message.RoleServer {
-			id = int32(message.ServerRankToID(numServers))
 			numServers++
 		} else {
-			id = int32(message.WorkerRankToID(numWorkers))
 			numWorkers++
 		}
 		key := addrKey(*n)
@@ -613,13 +625,24 @@ func (s *State) KeysLost(begin, end uint64, detail string) Actions {
 }
 
 // Barrier handles a BARRIER request from sender for group. When every member
-// has arrived, a response goes to each (non-alias) member.
+// has arrived, a response goes to each (non-alias) member. With instance
+// groups (Config.GroupSize > 1) it is a barrier of processes instead
+// (groupBarrier).
 func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Actions {
+	if s.cfg.GroupSize > 1 {
+		return s.groupBarrier(sender, appID, customerID, group)
+	}
+	return s.memberBarrier(sender, appID, customerID, group)
+}
+
+// barrierValid checks a barrier request from sender for group: false
+// with the Actions to return when it is not counted.
+func (s *State) barrierValid(sender, group int32) (Actions, bool) {
 	var a Actions
 	_, ok := s.groups[int(group)]
 	if !ok || group < 1 || group > 7 {
 		a.Errors = append(a.Errors, fmt.Errorf("BARRIER from node %d names group %d: valid groups are 1-7", sender, group))
-		return a
+		return a, false
 	}
 	if !s.ready {
 		// Only a restarted scheduler gets these (a node enters barriers
@@ -627,6 +650,16 @@ func (s *State) Barrier(sender int32, appID, customerID int32, group int32) Acti
 		// nodes send their waiting barriers again once they have the
 		// rebuilt node list.
 		a.Events = append(a.Events, fmt.Sprintf("dropped BARRIER from node %d before the job is complete: it is sent again", sender))
+		return a, false
+	}
+	return a, true
+}
+
+// memberBarrier is a barrier of every member of group: a BARRIER without
+// instance groups, an INSTANCE_BARRIER always.
+func (s *State) memberBarrier(sender int32, appID, customerID int32, group int32) Actions {
+	a, ok := s.barrierValid(sender, group)
+	if !ok {
 		return a
 	}
 	// Arrivals are a set: a repeated request from the same node and

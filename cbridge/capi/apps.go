@@ -137,8 +137,8 @@ func newSimpleApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
 	return a, nil
 }
 
-func newWorkerApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
-	po, err := nodeFor(slotWorker) // a JOINT process's worker node
+func newWorkerApp(appID, customerID, instance int, ctx unsafe.Pointer) (*app, error) {
+	po, err := nodeFor(instanceSlot(instance, true)) // a JOINT process's worker node
 	if err != nil {
 		return nil, err
 	}
@@ -158,8 +158,8 @@ func newWorkerApp(appID, customerID int, ctx unsafe.Pointer) (*app, error) {
 	return a, nil
 }
 
-func newServerApp(appID int, ctx, srvCtx unsafe.Pointer) (*app, error) {
-	po, err := ensureNode(-1)
+func newServerApp(appID, instance int, ctx, srvCtx unsafe.Pointer) (*app, error) {
+	po, err := nodeFor(instanceSlot(instance, false))
 	if err != nil {
 		return nil, err
 	}
@@ -480,6 +480,7 @@ func (a *app) kvResponse(cm kv.ReqMeta, key uint64, dt message.DataType, res kv.
 	a.mu.Unlock()
 	if !ok {
 		meta = cm
+		meta.Sender = instanceSender(a.po, cm.Sender)
 	}
 	meta.DataType = dt
 	if !ok {
@@ -524,8 +525,12 @@ func (a *app) onKVRequest(meta kv.ReqMeta, data kv.KVPairs, _ *kv.Server) {
 	if !a.hookChecked.Load() {
 		a.checkStateHook()
 	}
+	// With instance groups C++ sees the worker's process (its instance
+	// 0's id), as the BytePS fork's KVServer reports it.
+	cm := meta
+	cm.Sender = a.po.GroupID(meta.Sender)
 	a.mu.Lock()
-	a.reqs[reqKey{meta.Sender, meta.CustomerID, meta.Timestamp, firstKey(data.Keys)}] = meta
+	a.reqs[reqKey{cm.Sender, meta.CustomerID, meta.Timestamp, firstKey(data.Keys)}] = meta
 	a.mu.Unlock()
-	callKVRequest(a.po, a.srvCtx, meta, data)
+	callKVRequest(a.po, a.srvCtx, cm, data)
 }

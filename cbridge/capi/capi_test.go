@@ -64,7 +64,7 @@ func TestCheckUnsupported(t *testing.T) {
 	}{
 		{"plain", map[string]string{}, ""},
 		{"group size 1", map[string]string{"DMLC_GROUP_SIZE": "1"}, ""},
-		{"group size 2", map[string]string{"DMLC_GROUP_SIZE": "2"}, "DMLC_GROUP_SIZE"},
+		{"group size 2", map[string]string{"DMLC_GROUP_SIZE": "2"}, ""}, // instance groups (groups.go)
 		{"rdma zmq", map[string]string{"DMLC_ENABLE_RDMA": "zmq"}, ""},
 		{"rdma ibverbs", map[string]string{"DMLC_ENABLE_RDMA": "ibverbs"}, "DMLC_ENABLE_RDMA"},
 		{"ucx", map[string]string{"DMLC_ENABLE_UCX": "1"}, "DMLC_ENABLE_UCX"},

@@ -90,7 +90,21 @@ func ps_node_init(role C.int) *C.char {
 
 //export ps_node_start
 func ps_node_start(customerID, role, doBarrier C.int) *C.char {
-	return cerr(startNode(int(customerID), int(role), doBarrier != 0))
+	return cerr(startNode(int(customerID), int(role), -1, doBarrier != 0))
+}
+
+//export ps_node_start_rank
+func ps_node_start_rank(customerID, role, rank, doBarrier C.int) *C.char {
+	return cerr(startNode(int(customerID), int(role), int(rank), doBarrier != 0))
+}
+
+//export ps_node_group_size
+func ps_node_group_size() C.int {
+	po, err := ensureNode(-1)
+	if err != nil {
+		return 1
+	}
+	return C.int(po.GroupSize())
 }
 
 //export ps_node_finalize
@@ -100,12 +114,9 @@ func ps_node_finalize(customerID, doBarrier C.int) *C.char {
 
 //export ps_node_barrier
 func ps_node_barrier(slot, customerID, group C.int) *C.char {
-	po := currentNode()
-	if w := jointWorker(); w != nil && slot == slotWorker {
-		po = w
-	}
-	if po == nil {
-		return cerr(errors.New("elasticps: Barrier before Start: the node is not running"))
+	po, err := slotNode(int(slot))
+	if err != nil {
+		return cerr(fmt.Errorf("elasticps: Barrier before Start: %w", err))
 	}
 	return cerr(po.Barrier(int(customerID), int(group)))
 }
@@ -259,13 +270,25 @@ func ps_app_new_simple(appID, customerID C.int, ctx unsafe.Pointer, handle *C.ui
 
 //export ps_app_new_kv_worker
 func ps_app_new_kv_worker(appID, customerID C.int, ctx unsafe.Pointer, handle *C.uint64_t) *C.char {
-	a, err := newWorkerApp(int(appID), int(customerID), ctx)
+	a, err := newWorkerApp(int(appID), int(customerID), 0, ctx)
+	return newHandle(a, err, handle)
+}
+
+//export ps_app_new_kv_worker_instance
+func ps_app_new_kv_worker_instance(appID, customerID, instance C.int, ctx unsafe.Pointer, handle *C.uint64_t) *C.char {
+	a, err := newWorkerApp(int(appID), int(customerID), int(instance), ctx)
 	return newHandle(a, err, handle)
 }
 
 //export ps_app_new_kv_server
 func ps_app_new_kv_server(appID C.int, ctx, server unsafe.Pointer, handle *C.uint64_t) *C.char {
-	a, err := newServerApp(int(appID), ctx, server)
+	a, err := newServerApp(int(appID), 0, ctx, server)
+	return newHandle(a, err, handle)
+}
+
+//export ps_app_new_kv_server_instance
+func ps_app_new_kv_server_instance(appID, instance C.int, ctx, server unsafe.Pointer, handle *C.uint64_t) *C.char {
+	a, err := newServerApp(int(appID), int(instance), ctx, server)
 	return newHandle(a, err, handle)
 }
 

@@ -44,6 +44,10 @@ var node struct {
 	// node), nil otherwise; workerElastic its elastic side.
 	worker        *postoffice.Postoffice
 	workerElastic *elastic.Node
+	// With instance groups (DMLC_GROUP_SIZE > 1, groups.go): instances 1
+	// to GroupSize-1 of po (more) and, in a JOINT process, of worker
+	// (moreWorkers); po and worker are instance 0.
+	more, moreWorkers []*postoffice.Postoffice
 }
 
 // Node slots: which of a process's nodes a C++ Postoffice is. slotMain is
@@ -133,6 +137,9 @@ func nodeEnv(role int) postoffice.Getenv {
 			return roleNames[role], true
 		}
 		v, ok := lookupEnv(key)
+		if key == "DMLC_RANK" && ok && ownRank(v) {
+			return "", false // what the previous start published
+		}
 		if key == "DMLC_PS_VAN_TYPE" && v == "p3" {
 			slog.Warn("elasticps: DMLC_PS_VAN_TYPE=p3: using the zmq transport; priorities still order each server's queue, but sends are not reordered")
 			return "zmq", true
@@ -144,9 +151,6 @@ func nodeEnv(role int) postoffice.Getenv {
 // checkUnsupported rejects settings of ps-lite forks the bridge does not
 // implement, with the reason, instead of silently behaving differently.
 func checkUnsupported(env postoffice.Getenv) error {
-	if v, ok := env("DMLC_GROUP_SIZE"); ok && v != "" && v != "1" {
-		return fmt.Errorf("elasticps: DMLC_GROUP_SIZE=%s is not supported (one instance per process): unset it or set it to 1", v)
-	}
 	if v, ok := env("DMLC_ENABLE_RDMA"); ok && v != "" && v != "0" && v != "zmq" && !rdma.Built {
 		return fmt.Errorf("elasticps: DMLC_ENABLE_RDMA=%s: this libps was built without the RDMA van; rebuild it with make USE_RDMA=1 (needs libibverbs-dev, librdmacm-dev, libfabric-dev), or unset DMLC_ENABLE_RDMA", v)
 	}
@@ -175,23 +179,35 @@ func ensureNode(role int) (*postoffice.Postoffice, error) {
 		return po, nil
 	}
 	if role != roleJoint {
-		po, en, err := openNode(role)
+		po, en, err := openNode(role, 0)
 		if err == nil {
 			node.po, node.elastic = po, en
+			node.more, err = openInstances(po, role)
 		}
-		return po, err
+		if err != nil {
+			stopNodes()
+			return nil, err
+		}
+		return po, nil
 	}
 	// the fork's JOINT: a server and a worker, each a node of its own
-	po, en, err := openNode(int(message.RoleServer))
+	po, en, err := openNode(int(message.RoleServer), 0)
 	if err != nil {
 		return nil, err
 	}
-	w, wen, err := openNode(int(message.RoleWorker))
+	w, wen, err := openNode(int(message.RoleWorker), 0)
 	if err != nil {
 		po.Stop()
 		return nil, fmt.Errorf("elasticps: the worker node of this JOINT process: %w", err)
 	}
 	node.po, node.elastic, node.worker, node.workerElastic = po, en, w, wen
+	if node.more, err = openInstances(po, int(message.RoleServer)); err == nil {
+		node.moreWorkers, err = openInstances(w, int(message.RoleWorker))
+	}
+	if err != nil {
+		stopNodes()
+		return nil, err
+	}
 	return po, nil
 }
 
@@ -203,17 +219,14 @@ func roleName(role int) string {
 	return roleNames[role]
 }
 
-// nodeFor returns the node of a slot (slotMain, slotWorker), creating the
-// process's nodes if there are none.
+// nodeFor returns the node of a slot (slotMain, slotWorker, plus twice
+// the instance, see groups.go), creating the process's nodes if there are
+// none.
 func nodeFor(slot int) (*postoffice.Postoffice, error) {
-	po, err := ensureNode(-1)
-	if err != nil || slot != slotWorker {
-		return po, err
+	if _, err := ensureNode(-1); err != nil {
+		return nil, err
 	}
-	if w := jointWorker(); w != nil {
-		return w, nil
-	}
-	return po, nil
+	return slotNode(slot)
 }
 
 // jointWorker is the worker node of a JOINT process, nil in any other.
@@ -225,7 +238,7 @@ func jointWorker() *postoffice.Postoffice {
 
 // openNode creates a node of role (-1: DMLC_ROLE) from the environment;
 // node.mu is held. An elastic scheduler gets its balancer (node.balancer).
-func openNode(role int) (*postoffice.Postoffice, *elastic.Node, error) {
+func openNode(role, instance int) (*postoffice.Postoffice, *elastic.Node, error) {
 	env := nodeEnv(role)
 	if err := checkUnsupported(env); err != nil {
 		return nil, nil, err
@@ -234,6 +247,7 @@ func openNode(role int) (*postoffice.Postoffice, *elastic.Node, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg.Instance = instance
 	cfg.ShareHostCPUs = shareHostCPUs(cfg.Role)
 	spin, err := waitSpinFromEnv(env)
 	if err != nil {
@@ -364,10 +378,21 @@ func currentNode() *postoffice.Postoffice {
 	return node.po
 }
 
-func startNode(customerID, role int, barrier bool) error {
+// startNode starts the process's nodes (every instance) for customerID;
+// rank >= 0 is the rank the process asks for (StartPS), overriding
+// DMLC_RANK.
+func startNode(customerID, role, rank int, barrier bool) error {
 	po, err := ensureNode(role)
 	if err != nil {
 		return err
+	}
+	nodes := processNodes()
+	if rank >= 0 {
+		for _, n := range nodes {
+			if err := n.SetWantRank(rank); err != nil {
+				return err
+			}
+		}
 	}
 	start := func(po *postoffice.Postoffice) error {
 		if barrier {
@@ -375,23 +400,46 @@ func startNode(customerID, role int, barrier bool) error {
 		}
 		return po.Start(customerID)
 	}
-	if w := jointWorker(); w != nil {
-		// both nodes at once: the job is complete only with both
-		err = bothNodes(po, w, start)
-	} else {
-		err = start(po)
-	}
-	if err != nil {
+	// every node at once: the job is complete only with all of them
+	if err = eachNode(nodes, start); err != nil {
 		return err
 	}
 	if po.Role() != message.RoleScheduler {
-		// ps-lite publishes the assigned rank this way, and some launch
-		// scripts and consumers read it back.
-		if err := os.Setenv("DMLC_RANK", strconv.Itoa(po.MyRank())); err != nil {
-			slog.Warn("elasticps: cannot set DMLC_RANK", "err", err)
-		}
+		publishRank(po.GroupRank())
 	}
 	return nil
+}
+
+// publishedRank is the DMLC_RANK the bridge set itself ("" if none): not a
+// rank the process asks for when it starts again (with other DMLC_NUM_*
+// values it might not exist).
+var publishedRank struct {
+	sync.Mutex
+	value string
+}
+
+// publishRank sets DMLC_RANK to the rank the node got, as ps-lite does
+// (some launch scripts and consumers read it back), unless the process
+// had set it: then it was the rank asked for, and the node got it.
+func publishRank(rank int) {
+	publishedRank.Lock()
+	defer publishedRank.Unlock()
+	if v, ok := lookupEnv("DMLC_RANK"); ok && v != publishedRank.value {
+		return
+	}
+	v := strconv.Itoa(rank)
+	if err := os.Setenv("DMLC_RANK", v); err != nil {
+		slog.Warn("elasticps: cannot set DMLC_RANK", "err", err)
+		return
+	}
+	publishedRank.value = v
+}
+
+// ownRank reports whether v is the DMLC_RANK the bridge published.
+func ownRank(v string) bool {
+	publishedRank.Lock()
+	defer publishedRank.Unlock()
+	return publishedRank.value != "" && v == publishedRank.value
 }
 
 func finalizeNode(customerID int, barrier bool) error {
@@ -410,11 +458,9 @@ func finalizeNode(customerID int, barrier bool) error {
 			bal.Coordinator().ReleaseStandbys()
 		}
 		err = errors.Join(err, po.Finalize(0, false))
-	} else if w := jointWorker(); w != nil {
-		// the final barrier includes both nodes of a JOINT process
-		err = bothNodes(po, w, func(po *postoffice.Postoffice) error { return po.Finalize(customerID, barrier) })
 	} else {
-		err = po.Finalize(customerID, barrier)
+		// the final barrier includes every node of the process
+		err = eachNode(processNodes(), func(po *postoffice.Postoffice) error { return po.Finalize(customerID, barrier) })
 	}
 	if customerID == 0 {
 		node.mu.Lock()
@@ -424,6 +470,7 @@ func finalizeNode(customerID int, barrier bool) error {
 			}
 			node.po, node.elastic, node.balancer, node.cancel = nil, nil, nil, nil
 			node.worker, node.workerElastic = nil, nil
+			node.more, node.moreWorkers = nil, nil
 		}
 		node.mu.Unlock()
 	}
@@ -435,12 +482,15 @@ func finalizeNode(customerID int, barrier bool) error {
 	return err
 }
 
-// bothNodes runs f on a JOINT process's server and worker nodes at once.
-func bothNodes(server, worker *postoffice.Postoffice, f func(*postoffice.Postoffice) error) error {
-	werr := make(chan error, 1)
-	go func() { werr <- f(worker) }()
-	err := f(server)
-	return errors.Join(err, <-werr)
+// eachNode runs f on every one of nodes at once.
+func eachNode(nodes []*postoffice.Postoffice, f func(*postoffice.Postoffice) error) error {
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = f(n) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func isReady(po *postoffice.Postoffice) bool {

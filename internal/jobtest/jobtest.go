@@ -64,6 +64,11 @@ type Options struct {
 	// started from separate goroutines; the job then counts
 	// Workers*CustomersPerWorker workers, as ps-lite counts registrations.
 	CustomersPerWorker int
+	// GroupSize > 1 runs instance groups (DMLC_GROUP_SIZE): Servers and
+	// Workers count processes, each of GroupSize nodes; process p's
+	// instance i is Servers[p*GroupSize+i] (Workers likewise) and asks
+	// for rank p.
+	GroupSize int
 	// Configure, if set, changes every node's config (the scheduler's
 	// too) before the node is created.
 	Configure func(*postoffice.Config)
@@ -131,14 +136,26 @@ func tryStart(t testing.TB, opts Options) (*Job, error) {
 		SchedulerPort: porttest.Free(t),
 		NodeHost:      "127.0.0.1",
 		VanType:       kind,
+		GroupSize:     opts.GroupSize,
 		Logger:        Logger(),
 	}}
 	j.Scheduler = j.NewNode(message.RoleScheduler, nil)
-	for range opts.Servers {
-		j.Servers = append(j.Servers, j.NewNode(message.RoleServer, nil))
+	g := max(opts.GroupSize, 1)
+	instance := func(p, i int) func(*postoffice.Config) {
+		if g == 1 {
+			return nil
+		}
+		return func(c *postoffice.Config) { c.WantRank, c.Instance = p+1, i }
 	}
-	for range opts.Workers {
-		j.Workers = append(j.Workers, j.NewNode(message.RoleWorker, nil))
+	for p := range opts.Servers {
+		for i := range g {
+			j.Servers = append(j.Servers, j.NewNode(message.RoleServer, instance(p, i)))
+		}
+	}
+	for p := range opts.Workers {
+		for i := range g {
+			j.Workers = append(j.Workers, j.NewNode(message.RoleWorker, instance(p, i)))
+		}
 	}
 	if opts.Setup != nil {
 		if err := opts.Setup(j); err != nil {

@@ -105,14 +105,15 @@ class KVWorker : public SimpleApp {
   bool is_worker_zpull_ = false;
 
   /* Registers customer (app_id, customer_id); app_id must match the
-   * servers'. instance_idx (BytePS fork) must be 0. */
+   * servers'. instance_idx (BytePS fork) is the instance of the process's
+   * worker node (DMLC_GROUP_SIZE), which talks to the same instance of
+   * every server. */
   explicit KVWorker(int app_id, int customer_id, int instance_idx = 0)
       : SimpleApp(), tag_(detail::ValueTag<Val>()) {
-    CHECK_EQ(instance_idx, 0)
-        << "one instance per process (DMLC_GROUP_SIZE=1)";
     uint64_t handle = 0;
-    detail::CheckOK(ps_app_new_kv_worker(app_id, customer_id,
-                                         simple_receiver(), &handle),
+    detail::CheckOK(ps_app_new_kv_worker_instance(app_id, customer_id,
+                                                  instance_idx,
+                                                  simple_receiver(), &handle),
                     "KVWorker");
     obj_ = new Customer(detail::AdoptApp(), app_id, customer_id, handle);
   }
@@ -424,20 +425,20 @@ template <typename Val>
 class KVServer : public SimpleApp, private detail::KVRequestReceiver {
  public:
   /* Registers the server of app_id (customer id == app id). is_scheduler
-   * and instance_idx (BytePS fork) select the process's only Postoffice;
-   * instance_idx must be 0. */
+   * and instance_idx (BytePS fork) select the Postoffice: instance
+   * instance_idx of the process's server node (DMLC_GROUP_SIZE). Its
+   * requests name the worker's process as KVMeta::sender (instance 0's id),
+   * as the fork's do. */
   explicit KVServer(int app_id, bool is_scheduler = false,
                     int instance_idx = 0)
       : SimpleApp(), instance_idx_(instance_idx),
         tag_(detail::ValueTag<Val>()) {
     (void)is_scheduler;
-    CHECK_EQ(instance_idx, 0)
-        << "one instance per process (DMLC_GROUP_SIZE=1)";
     uint64_t handle = 0;
     detail::CheckOK(
-        ps_app_new_kv_server(app_id, simple_receiver(),
-                             static_cast<detail::KVRequestReceiver*>(this),
-                             &handle),
+        ps_app_new_kv_server_instance(
+            app_id, instance_idx, simple_receiver(),
+            static_cast<detail::KVRequestReceiver*>(this), &handle),
         "KVServer");
     obj_ = new Customer(detail::AdoptApp(), app_id, app_id, handle);
   }

@@ -69,8 +69,9 @@ inline Node::Role GetRole(const std::string role_str) {
 
 /* BytePS fork: Start as role (which overrides DMLC_ROLE); JOINT starts a
  * server node and a worker node (Postoffice::GetServer / GetWorker). rank
- * is a preferred rank (-1: none); it is not honoured here. DMLC_GROUP_SIZE
- * > 1 is not supported and fails with dmlc::Error. After Finalize the
+ * is the rank the process asks for (-1: none, or DMLC_RANK); with
+ * DMLC_GROUP_SIZE=n > 1 (which needs a rank) every role but the scheduler
+ * starts n instances, instance i with rank rank*n+i. After Finalize the
  * process may StartPS again, with other DMLC_NUM_* values (BytePS's
  * suspend/resume). */
 inline void StartPS(int customer_id, Node::Role role, int rank,

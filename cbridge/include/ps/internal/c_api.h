@@ -243,11 +243,19 @@ char *ps_node_init(int role);
 /* ps::Start / StartAsync / StartPS: registers customer_id with the job and
  * blocks until every node has; then a barrier on all nodes if do_barrier. */
 char *ps_node_start(int customer_id, int role, int do_barrier);
+/* ps_node_start asking for rank (the BytePS fork's StartPS(..., rank, ...);
+ * -1: none, DMLC_RANK if set); with DMLC_GROUP_SIZE > 1 instance i asks
+ * for rank * DMLC_GROUP_SIZE + i. Every instance starts. */
+char *ps_node_start_rank(int customer_id, int role, int rank, int do_barrier);
+/* DMLC_GROUP_SIZE: the instances of each of the process's nodes (1 if
+ * the node cannot be created). */
+int ps_node_group_size(void);
 /* ps::Finalize: optional barrier; customer 0 then stops the node. */
 char *ps_node_finalize(int customer_id, int do_barrier);
 /* Node slots (the slot argument below): PS_SLOT_MAIN is the process's
  * node (a JOINT process's server node), PS_SLOT_WORKER a JOINT process's
- * worker node and the main node in any other process. */
+ * worker node and the main node in any other process. With
+ * DMLC_GROUP_SIZE > 1, slot + 2*i names instance i of either. */
 enum { PS_SLOT_MAIN = 0, PS_SLOT_WORKER = 1 };
 /* Whether the process is JOINT (its nodes, or DMLC_ROLE before they
  * exist). */
@@ -280,6 +288,12 @@ char *ps_app_new_kv_worker(int app_id, int customer_id, void *app,
                            uint64_t *handle);
 char *ps_app_new_kv_server(int app_id, void *app, void *server,
                            uint64_t *handle);
+/* The two above on instance `instance` (0 to DMLC_GROUP_SIZE-1) of the
+ * process's worker or server node. */
+char *ps_app_new_kv_worker_instance(int app_id, int customer_id, int instance,
+                                    void *app, uint64_t *handle);
+char *ps_app_new_kv_server_instance(int app_id, int instance, void *app,
+                                    void *server, uint64_t *handle);
 char *ps_app_new_customer(int app_id, int customer_id, void *customer,
                           uint64_t *handle);
 /* Unregisters the app and waits until none of its callbacks runs; then

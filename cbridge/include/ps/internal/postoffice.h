@@ -7,7 +7,9 @@
  * A process has one node, which all of them return, except a JOINT one
  * (DMLC_ROLE=joint or StartPS(..., JOINT, ...)): it has a server node,
  * Get() and GetServer(), and a worker node, GetWorker(), each registered
- * with the scheduler as any server and worker. DMLC_GROUP_SIZE must be 1.
+ * with the scheduler as any server and worker. With DMLC_GROUP_SIZE=n > 1
+ * each of them has n instances, GetServer(i) / GetWorker(i), each a node of
+ * its own with rank rank*n+i (StartPS's rank or DMLC_RANK is required).
  */
 #ifndef PS_INTERNAL_POSTOFFICE_H_
 #define PS_INTERNAL_POSTOFFICE_H_
@@ -44,15 +46,16 @@ class Postoffice {
     detail::CheckOK(ps_node_init(static_cast<int>(role)), "Postoffice::Init");
   }
 
-  /* BytePS fork: the instance of a role; there is one per role. */
+  /* BytePS fork: instance index (0 to DMLC_GROUP_SIZE-1) of the
+   * process's server node (its main node in any other process). */
   static Postoffice* GetServer(int index = 0) {
-    CHECK_EQ(index, 0) << "one Postoffice per role (DMLC_GROUP_SIZE=1)";
-    return Get();
+    return index == 0 ? Get() : Instance(2 * index + PS_SLOT_MAIN);
   }
-  /* A JOINT process's worker node; Get() in any other process. */
+  /* Instance index of a JOINT process's worker node; of the main node in
+   * any other process. */
   static Postoffice* GetWorker(int index = 0) {
-    CHECK_EQ(index, 0) << "one Postoffice per role (DMLC_GROUP_SIZE=1)";
-    return ps_node_is_joint() ? JointWorker() : Get();
+    if (!ps_node_is_joint()) return GetServer(index);
+    return index == 0 ? JointWorker() : Instance(2 * index + PS_SLOT_WORKER);
   }
   /* BytePS fork: this process's Postoffice if it is the scheduler. */
   static Postoffice* GetScheduler() {
@@ -70,18 +73,20 @@ class Postoffice {
   }
 
   /* BytePS fork form: role overrides DMLC_ROLE (JOINT starts both of the
-   * process's nodes); rank is a preferred rank, which this library does
-   * not honour (ranks follow registration order as decided by the
-   * scheduler). */
+   * process's nodes, every instance of each); rank is the rank the process
+   * asks for (-1: none, or DMLC_RANK), which the scheduler gives it or
+   * refuses (taken, or beyond DMLC_NUM_*). */
   void Start(int customer_id, const Node::Role role, int rank,
              const bool do_barrier, const char* /*argv0*/) {
     CHECK_GE(rank, -1) << "preferred rank";
     preferred_rank_ = rank;
-    StartAs(customer_id, static_cast<int>(role), do_barrier);
-    if (rank >= 0 && role != Node::SCHEDULER && verbose() >= 1) {
-      LOG(INFO) << "preferred rank " << rank
-                << " ignored: the scheduler assigns ranks";
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      have_info_ = false;  // the role may be fixed only now
     }
+    detail::CheckOK(ps_node_start_rank(customer_id, static_cast<int>(role),
+                                       rank, do_barrier ? 1 : 0),
+                    "Start");
   }
 
   /* Optionally waits for all nodes; customer 0 then stops the process's
@@ -92,6 +97,10 @@ class Postoffice {
     if (customer_id != 0) return;
     Callback cb = Get()->Reset();
     if (JointWorkerRef() != nullptr) JointWorkerRef()->Reset();
+    {
+      std::lock_guard<std::mutex> lk(InstancesMu());
+      for (auto& kv : Instances()) kv.second->Reset();
+    }
     if (cb) cb();
   }
 
@@ -163,7 +172,7 @@ class Postoffice {
   static inline int ServerRankToID(int rank) { return rank * 2 + 8; }
   static inline int IDtoRank(int id) { return std::max((id - 8) / 2, 0); }
 
-  // BytePS fork: instance ids within a group (group_size is 1 here).
+  // BytePS fork: instance ids within a group (DMLC_GROUP_SIZE).
   int GroupWorkerRankToInstanceID(int rank, int instance_idx) {
     return WorkerRankToID(rank * group_size() + instance_idx);
   }
@@ -171,7 +180,7 @@ class Postoffice {
     return ServerRankToID(rank * group_size() + instance_idx);
   }
   int InstanceIDtoGroupRank(int id) { return IDtoRank(id) / group_size(); }
-  int group_size() const { return 1; }
+  int group_size() const { return ps_node_group_size(); }
   int num_worker_instances() const { return num_workers() * group_size(); }
   int num_server_instances() const { return num_servers() * group_size(); }
   int preferred_rank() const { return preferred_rank_; }
@@ -216,6 +225,22 @@ class Postoffice {
   explicit Postoffice(int slot = PS_SLOT_MAIN) : slot_(slot) {
     detail::EnsureCallbacks();
     van_.slot_ = slot;
+  }
+
+  /* The Postoffice of slot (an instance > 0); never destroyed. */
+  static Postoffice* Instance(int slot) {
+    std::lock_guard<std::mutex> lk(InstancesMu());
+    Postoffice*& po = Instances()[slot];
+    if (po == nullptr) po = new Postoffice(slot);
+    return po;
+  }
+  static std::unordered_map<int, Postoffice*>& Instances() {
+    static auto* m = new std::unordered_map<int, Postoffice*>();
+    return *m;
+  }
+  static std::mutex& InstancesMu() {
+    static auto* mu = new std::mutex();
+    return *mu;
   }
 
   /* A JOINT process's worker node; never destroyed, as Get()'s. */

@@ -1,0 +1,118 @@
+// Instance groups of the BytePS fork's API (DMLC_GROUP_SIZE=n > 1), with
+// exact sums:
+//  - StartPS(0, GetRole(DMLC_ROLE), rank, true) with rank DMLC_RANK, else
+//    the launch index (ELASTICPS_LOCAL_INDEX); Finalize(0, role, true);
+//  - every instance i has rank rank*n+i (GetServer(i)/GetWorker(i)
+//    my_rank()), MyRank() is the process's rank, NumServers() and
+//    NumWorkers() count processes;
+//  - servers: KVServer<int>(0, false, i) for every instance, each summing
+//    into its own store; KVMeta::sender is the worker's process id
+//    (WorkerRankToID(process rank)), whichever instance sent it;
+//  - workers: one thread per instance, KVWorker<int>(0, 0, i), pushes
+//    (i + 1) * 1000 + (rank + 1) * (k + 1) for key k, ROUNDS times, to 2 keys
+//    per server; then a Barrier(0, kWorkerGroup) of the processes (instance
+//    0) and every instance pulls and checks its own plane's sums exactly.
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+#include "ps/ps.h"
+
+using namespace ps;
+
+namespace {
+
+const int kRounds = 4;
+const int kKeysPerServer = 2;
+
+struct Store {
+  std::mutex mu;
+  std::map<Key, int> sums;
+};
+
+int Value(int instance, int rank, int k) { return (instance + 1) * 1000 + (rank + 1) * (k + 1); }
+
+}  // namespace
+
+int main() {
+  const int n = compat::EnvInt("DMLC_GROUP_SIZE", 1);
+  const int rank = compat::EnvInt("DMLC_RANK", compat::EnvInt("ELASTICPS_LOCAL_INDEX", -1));
+  Node::Role role = GetRole(compat::Env("DMLC_ROLE"));
+  StartPS(0, role, role == Node::SCHEDULER ? -1 : rank, true);
+  if (role != Node::SCHEDULER) {
+    EXPECT(Postoffice::Get()->group_size() == n) << Postoffice::Get()->group_size();
+    EXPECT(MyRank() == rank) << MyRank() << " vs " << rank;
+    for (int i = 0; i < n; ++i) {
+      Postoffice* po = role == Node::SERVER ? Postoffice::GetServer(i) : Postoffice::GetWorker(i);
+      EXPECT(po->my_rank() == rank * n + i) << "instance " << i << ": " << po->my_rank();
+      EXPECT(po->num_servers() == NumServers());
+    }
+  }
+  const int num_workers = NumWorkers(), num_servers = NumServers();
+  std::vector<Store> stores(n);
+  std::vector<KVServer<int>*> servers;
+  std::atomic<int> bad_senders(0);
+  if (role == Node::SERVER) {
+    for (int i = 0; i < n; ++i) {
+      auto* srv = new KVServer<int>(0, false, i);
+      Store* st = &stores[i];
+      srv->set_request_handle([st, &bad_senders, num_workers](const KVMeta& meta, const KVPairs<int>& data,
+                                                              KVServer<int>* s) {
+        bool ok = false;
+        for (int p = 0; p < num_workers; ++p) ok = ok || meta.sender == Postoffice::WorkerRankToID(p);
+        if (!ok) bad_senders++;
+        KVPairs<int> res;
+        std::lock_guard<std::mutex> lk(st->mu);
+        if (meta.push) {
+          for (size_t j = 0; j < data.keys.size(); ++j) st->sums[data.keys[j]] += data.vals[j];
+        } else {
+          res.keys = data.keys;
+          res.vals.resize(data.keys.size());
+          for (size_t j = 0; j < data.keys.size(); ++j) res.vals[j] = st->sums[data.keys[j]];
+        }
+        s->Response(meta, res);
+      });
+      servers.push_back(srv);
+    }
+  }
+  if (role == Node::WORKER) {
+    const auto& krs = Postoffice::Get()->GetServerKeyRanges();
+    std::vector<Key> keys;
+    for (int s = 0; s < num_servers; ++s)
+      for (int k = 0; k < kKeysPerServer; ++k) keys.push_back(krs[s].begin() + k);
+    std::vector<KVWorker<int>*> kvs;
+    for (int i = 0; i < n; ++i) kvs.push_back(new KVWorker<int>(0, 0, i));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        std::vector<int> vals;
+        for (size_t k = 0; k < keys.size(); ++k) vals.push_back(Value(i, rank, k));
+        for (int r = 0; r < kRounds; ++r) kvs[i]->Wait(kvs[i]->Push(keys, vals));
+      });
+    }
+    for (auto& t : threads) t.join();
+    Postoffice::GetWorker(0)->Barrier(0, kWorkerGroup);  // every process pushed
+    threads.clear();
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        std::vector<int> got;
+        kvs[i]->Wait(kvs[i]->Pull(keys, &got));
+        EXPECT(got.size() == keys.size()) << got.size();
+        for (size_t k = 0; k < keys.size(); ++k) {
+          int want = 0;
+          for (int p = 0; p < num_workers; ++p) want += kRounds * Value(i, p, k);
+          EXPECT(got[k] == want) << "instance " << i << " key " << k << ": " << got[k] << " want " << want;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto* kv : kvs) delete kv;
+  }
+  Finalize(0, role, true);
+  EXPECT(bad_senders.load() == 0) << bad_senders.load() << " requests named no worker process as sender";
+  for (auto* s : servers) delete s;
+  return 0;
+}

@@ -1,0 +1,109 @@
+package kv
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/jobtest"
+	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/postoffice"
+)
+
+// A job with instance groups (DMLC_GROUP_SIZE=2) of 2 server and 2 worker
+// processes: every instance gets rank process*2+instance, instance i of a
+// worker talks only to instance i of the servers (each server process
+// holding one key range per instance), and the sums are exact in each
+// instance's plane. A BARRIER counts processes; the start and final
+// barriers every instance.
+func TestInstanceGroupsExactSums(t *testing.T) {
+	const groupSize, procs, rounds = 2, 2, 5
+	j := startJobWith(t, jobtest.Options{Servers: procs, Workers: procs, GroupSize: groupSize, Start: jobtest.StartWithBarrier})
+	for p := range procs {
+		for i := range groupSize {
+			for _, po := range []*postoffice.Postoffice{j.Servers[p*groupSize+i], j.Workers[p*groupSize+i]} {
+				assert.Equal(t, p*groupSize+i, po.MyRank(), "%s of process %d instance %d", po.Role(), p, i)
+				assert.Equal(t, p, po.GroupRank())
+				assert.Equal(t, procs, po.NumServers(), "NumServers counts processes")
+			}
+		}
+	}
+	var mu sync.Mutex
+	senders := map[int32]map[int32]bool{} // server node -> worker nodes seen
+	var stores []*DefaultHandler
+	j.startServersWith(func(s *Server) {
+		h := NewDefaultHandler()
+		id := s.po.MyNode().ID
+		s.SetRequestHandler(func(meta ReqMeta, data KVPairs, srv *Server) {
+			mu.Lock()
+			if senders[id] == nil {
+				senders[id] = map[int32]bool{}
+			}
+			senders[id][meta.Sender] = true
+			mu.Unlock()
+			h.Handle(meta, data, srv)
+		})
+		stores = append(stores, h)
+	})
+	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 4)
+	var wg sync.WaitGroup
+	for wi := range j.Workers {
+		w := j.newWorker(wi, 0)
+		inst := wi % groupSize
+		wg.Go(func() {
+			vals := make([]float32, len(keys))
+			for k := range vals {
+				vals[k] = float32(k + 1 + 100*inst) // the planes must not mix
+			}
+			for range rounds {
+				ts, err := Push(w, keys, vals, nil, Options{})
+				wait(t, w, ts, err)
+			}
+			// both worker processes of this instance pushed everything
+			assert.NoError(t, j.Workers[wi].Barrier(0, message.WorkerGroup))
+			var got []float32
+			ts, err := Pull(w, keys, &got, nil, Options{})
+			wait(t, w, ts, err)
+			want := make([]float32, len(keys))
+			for k := range want {
+				want[k] = vals[k] * rounds * procs
+			}
+			assert.Equal(t, want, got, "worker instance %d", wi)
+		})
+	}
+	wg.Wait()
+	for si, po := range j.Servers {
+		inst := si % groupSize
+		var want []int32
+		for p := range procs {
+			want = append(want, int32(message.WorkerRankToID(p*groupSize+inst)))
+		}
+		var got []int32
+		for id := range senders[po.MyNode().ID] {
+			got = append(got, id)
+		}
+		assert.ElementsMatch(t, want, got, "server %d (instance %d) must hear only worker instances %d", si, inst, inst)
+		assert.Equal(t, 4, stores[si].Len(), "server %d holds its process's key range", si)
+	}
+	// The final barrier waits for every instance of every process.
+	var fw sync.WaitGroup
+	for _, po := range j.All() {
+		fw.Go(func() { assert.NoError(t, po.Finalize(0, true), fmt.Sprint(po.Role())) })
+	}
+	fw.Wait()
+}
+
+// Without a rank an instance cannot start, and says what to set.
+func TestInstanceGroupNeedsRank(t *testing.T) {
+	cfg := postoffice.Config{Role: message.RoleWorker, NumServers: 1, NumWorkers: 1, SchedulerHost: "127.0.0.1", SchedulerPort: 1, GroupSize: 2}
+	tr, err := postoffice.NewTransport(cfg)
+	require.NoError(t, err)
+	po, err := postoffice.New(cfg, tr)
+	require.NoError(t, err)
+	defer po.Stop()
+	err = po.Start(0)
+	require.ErrorContains(t, err, "DMLC_GROUP_SIZE=2 needs this worker's rank: set DMLC_RANK")
+}
