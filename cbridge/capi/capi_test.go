@@ -227,3 +227,17 @@ func TestCopiedBySend(t *testing.T) {
 		assert.Equal(t, c.want, copiedBySend(c.res), "%s: copiedBySend", c.name)
 	}
 }
+
+func TestSendModeOf(t *testing.T) {
+	for van, want := range map[string]sendMode{
+		"":        readsLaterZMQ,
+		"zmq":     readsLaterZMQ,
+		"tcp":     readsDuringSend,
+		"shm":     readsDuringSend, // copied into the segment in Send (van/shm TestSendCopiesFrames)
+		"fabric":  readsLater,
+		"ibverbs": readsLater,
+		"other":   readsLater,
+	} {
+		assert.Equal(t, want, sendModeOf(van), "DMLC_PS_VAN_TYPE=%q", van)
+	}
+}

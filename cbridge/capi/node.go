@@ -325,7 +325,8 @@ func waitSpinFromEnv(env postoffice.Getenv) (time.Duration, error) {
 type sendMode int32
 
 const (
-	// readsDuringSend: nothing is read after Send returns (the TCP van).
+	// readsDuringSend: nothing is read after Send returns (the TCP and
+	// shared-memory vans).
 	readsDuringSend sendMode = iota
 	// readsLaterZMQ: the ZeroMQ van sends large frames by reference and
 	// zmq.AfterSent tells when libzmq is done with them.
@@ -345,17 +346,26 @@ const (
 // the transport reads it during Send.
 var nodeSendMode atomic.Int32
 
+// sendModeOf is the sendMode of the transport named by DMLC_PS_VAN_TYPE.
+// The TCP and shared-memory vans copy every frame during Send (into the
+// socket, or into the segment or its message stream), so C++ memory is
+// sent without a Go copy first; the RDMA vans, and any transport not
+// listed, may read frames later.
+func sendModeOf(vanType string) sendMode {
+	switch vanType {
+	case "", "zmq":
+		return readsLaterZMQ
+	case "tcp", "shm":
+		return readsDuringSend
+	default:
+		return readsLater
+	}
+}
+
 // newTransport is postoffice.NewTransport behind retryEINTR, recording its
 // sendMode.
 func newTransport(cfg postoffice.Config) (van.Transport, error) {
-	switch cfg.VanType {
-	case "", "zmq":
-		nodeSendMode.Store(int32(readsLaterZMQ))
-	case "tcp":
-		nodeSendMode.Store(int32(readsDuringSend))
-	default:
-		nodeSendMode.Store(int32(readsLater))
-	}
+	nodeSendMode.Store(int32(sendModeOf(cfg.VanType)))
 	// C++ lends KVServer responses only where the transport may read them
 	// after Send: the ZeroMQ van's by-reference frames. Everywhere else
 	// they are read during the call (or copied first, see kvResponse).
