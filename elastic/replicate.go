@@ -507,8 +507,13 @@ func (e *serverAgent) seed(sd *seeding, epoch uint64) {
 	}
 }
 
+// seedSlow is how long a seeding waits for the new backup's answer before
+// it logs that it still waits (and again each time as long).
+const seedSlow = 10 * time.Second
+
 func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 	log := e.po.Logger().With("begin", sd.begin, "end", sd.end, "backup", sd.to)
+	held, told := time.Now(), false
 	for {
 		e.mu.Lock()
 		busy := slices.ContainsFunc(e.rep.queue, func(f *forwarded) bool { return overlaps(f.lo, f.hi+1, sd.begin, sd.end) })
@@ -527,6 +532,10 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		e.mu.Unlock()
 		if !busy {
 			break
+		}
+		if !told && time.Since(held) > seedSlow {
+			told = true
+			log.Warn("elastic: the seeding of a new backup still waits for the requests in flight on the interval; its new requests are held meanwhile", "for", time.Since(held).Round(time.Second))
 		}
 		select {
 		case <-sd.cancel:
@@ -550,6 +559,7 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 	e.mu.Unlock()
 	body := seedBody(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch}, state, seen)
 	done := make(chan error, 1)
+	sent := time.Now()
 	// A standby that just joined may not be connected yet: try again.
 	for deadline := time.Now().Add(answerRetry); ; {
 		err = e.node.link.Go(sd.to, MsgSeed, body, func(_ []byte, err error) { done <- err })
@@ -568,12 +578,21 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	select {
-	case err = <-done:
-	case <-sd.cancel:
-		return false
-	case <-e.po.Done():
-		return false
+	// An answer lost in transit would leave the interval unreplicated
+	// without a word: say so while waiting.
+	slow := time.NewTicker(seedSlow)
+	defer slow.Stop()
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-slow.C:
+			log.Warn("elastic: the new backup has not answered its seed yet; the interval is not replicated there until it does", "sent", time.Since(sent).Round(time.Second), "bytes", len(state))
+		case <-sd.cancel:
+			return false
+		case <-e.po.Done():
+			return false
+		}
 	}
 	if err != nil {
 		log.Error("elastic: the new backup could not install its copy; the interval is not replicated there", "err", err)

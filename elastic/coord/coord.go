@@ -48,6 +48,7 @@ type Coordinator struct {
 	lost     map[int32]bool // dead servers whose intervals had no live backup (guarded by moveMu)
 	cmu      sync.Mutex
 	copies   map[int32]spans // per server, the keys it holds a seeded copy of as a backup (copies.go)
+	copyWake chan struct{}   // closed at the next seeding or table change (guarded by cmu)
 
 	moveMu  sync.Mutex // one reconfiguration at a time
 	exports chan export

@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -60,6 +61,8 @@ type jobOpts struct {
 	// store, if set, gives each server its handler and Migrator instead
 	// of a DefaultHandler (stores then holds nil).
 	store func() (kv.ServerHandler, elastic.Migrator)
+	// timeout, if set, is the coordinator's Timeout instead of 10 s.
+	timeout time.Duration
 }
 
 // startJobWith starts the job described by opts: its elastic sides, the
@@ -90,7 +93,7 @@ func (j *elasticJob) setup(t *testing.T, ns, nw int, opts jobOpts) error {
 	if j.coord, err = New(j.Scheduler); err != nil {
 		return err
 	}
-	j.coord.Timeout = 10 * time.Second
+	j.coord.Timeout = cmp.Or(opts.timeout, 10*time.Second)
 	for _, po := range j.Servers[:ns] {
 		en, err := elastic.Attach(po)
 		if err != nil {

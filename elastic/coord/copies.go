@@ -89,6 +89,24 @@ func (c *Coordinator) seeded(from int32, mv elastic.Move) {
 			c.copies[mv.To] = c.copies[mv.To].add(b, e)
 		}
 	}
+	c.wakeAll()
+}
+
+// wakeLocked returns the channel closed at the next seeding or table
+// change. The caller holds cmu.
+func (c *Coordinator) wakeLocked() <-chan struct{} {
+	if c.copyWake == nil {
+		c.copyWake = make(chan struct{})
+	}
+	return c.copyWake
+}
+
+// wakeAll wakes those waiting for a seeding. The caller holds cmu.
+func (c *Coordinator) wakeAll() {
+	if c.copyWake != nil {
+		close(c.copyWake)
+		c.copyWake = nil
+	}
 }
 
 // update makes r the job's table and drops the copies it no longer names
@@ -99,6 +117,7 @@ func (c *Coordinator) update(r *routing.Routes) {
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
 	c.table.Update(r)
+	c.wakeAll()
 	if c.copies == nil {
 		return
 	}

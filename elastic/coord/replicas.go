@@ -2,6 +2,7 @@ package coord
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -49,7 +50,7 @@ func (c *Coordinator) place() {
 			return // a failover is due: it places the backups itself
 		}
 	}
-	out, changed := replica.Place(r, c.backupCandidates(), c.replicas)
+	out, changed := c.placeBackups(r, live)
 	if !changed {
 		return
 	}
@@ -85,7 +86,7 @@ func (c *Coordinator) Failover(dead int32) (promoted, lost []routing.Interval, e
 	live := c.live(c.Servers())
 	// only a seeded backup holds the interval's values
 	out, promoted, lost := replica.Failover(c.seededOnly(r, dead), dead, live)
-	out, _ = replica.Place(out, live, c.replicas)
+	out, _ = c.placeBackups(out, live)
 	out.Epoch = r.Epoch + 1
 	if len(lost) > 0 {
 		c.lost[dead] = true
@@ -165,6 +166,27 @@ func (c *Coordinator) canReplicateMove(r *routing.Routes, begin, end uint64, to 
 	return nil
 }
 
+// placeBackups tops r's backups up to k with replica.Place over the
+// servers of ids that are not being drained, and keeps a server being
+// drained as the last backup of each interval it backs up in r: its copy
+// counts until the drain's handOverBackups has seeded its heirs.
+func (c *Coordinator) placeBackups(r *routing.Routes, ids []int32) (out *routing.Routes, changed bool) {
+	c.mu.Lock()
+	leaving := maps.Clone(c.leaving)
+	c.mu.Unlock()
+	out, _ = replica.Place(r, slices.DeleteFunc(slices.Clone(ids), func(id int32) bool { return leaving[id] }), c.replicas)
+	for i := range out.Intervals {
+		iv := &out.Intervals[i]
+		for _, b := range r.Intervals[i].Backups {
+			if leaving[b] && b != iv.Node && !iv.HasBackup(b) {
+				iv.Backups = append(slices.Clone(iv.Backups), b)
+			}
+		}
+		changed = changed || !slices.Equal(iv.Backups, r.Intervals[i].Backups)
+	}
+	return out, changed
+}
+
 // backupCandidates are the servers that may hold copies: live, and not
 // being drained.
 func (c *Coordinator) backupCandidates() []int32 {
@@ -188,7 +210,7 @@ func (c *Coordinator) moveBackups(r2 *routing.Routes, mv elastic.Move, state []b
 			iv.Backups = slices.DeleteFunc(slices.Clone(iv.Backups), func(b int32) bool { return b == mv.To })
 		}
 	}
-	out, _ := replica.Place(r2, c.backupCandidates(), c.replicas)
+	out, _ := c.placeBackups(r2, c.live(c.Servers()))
 	var common []int32 // the backups of every moved interval
 	first := true
 	for i, iv := range out.Intervals {
