@@ -410,17 +410,27 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 	t.peers[node.ID] = p
 	t.mu.Unlock()
 
+	linger := replacedLinger
+	if old != nil && ident == "" && old.ident != "" {
+		// The path to a dead node whose address a new process took is
+		// retired (an anonymous DEALER replaces it): what is queued is
+		// for the dead process, and flushed, or reconnected during the
+		// linger, old would reach the new process under this node's
+		// identity and take it from this node's own connection there
+		// (ZMQ_ROUTER_HANDOVER), silently. Closed at once instead.
+		linger = 0
+	}
 	if old != nil {
 		// A Send blocked at old's high-water mark (its peer is dead or
 		// stuck, which is often why it is being replaced) holds old.mu
 		// until the peer drains or Close: do not make Connect wait for it.
 		if old.mu.TryLock() {
-			old.close(replacedLinger)
+			old.close(linger)
 			old.mu.Unlock()
 		} else {
 			go func() {
 				old.mu.Lock()
-				old.close(replacedLinger)
+				old.close(linger)
 				old.mu.Unlock()
 			}()
 		}
