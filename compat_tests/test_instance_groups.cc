@@ -1,7 +1,7 @@
 // Instance groups of the BytePS fork's API (DMLC_GROUP_SIZE=n > 1), with
 // exact sums:
-//  - StartPS(0, GetRole(DMLC_ROLE), rank, true) with rank DMLC_RANK, else
-//    the launch index (ELASTICPS_LOCAL_INDEX); Finalize(0, role, true);
+//  - StartPS(0, GetRole(DMLC_ROLE), rank, true) with rank DMLC_RANK (which
+//    elasticps local sets to the launch index); Finalize(0, role, true);
 //  - every instance i has rank rank*n+i (GetServer(i)/GetWorker(i)
 //    my_rank()), MyRank() is the process's rank, NumServers() and
 //    NumWorkers() count processes;
@@ -39,7 +39,7 @@ int Value(int instance, int rank, int k) { return (instance + 1) * 1000 + (rank 
 
 int main() {
   const int n = compat::EnvInt("DMLC_GROUP_SIZE", 1);
-  const int rank = compat::EnvInt("DMLC_RANK", compat::EnvInt("ELASTICPS_LOCAL_INDEX", -1));
+  const int rank = compat::EnvInt("DMLC_RANK", -1);
   Node::Role role = GetRole(compat::Env("DMLC_ROLE"));
   StartPS(0, role, role == Node::SCHEDULER ? -1 : rank, true);
   if (role != Node::SCHEDULER) {
