@@ -170,7 +170,9 @@ func TestInstanceGroupSimpleAppRepliesPerProcess(t *testing.T) {
 		assert.ElementsMatch(t, want, responders(head), "group %d: answered before Wait returned", group)
 		close(release[head])
 		testutil.WaitFor(t, waitLimit, func() bool { return len(responders(head)) == len(want)+procs },
-			func() string { return fmt.Sprintf("group %d: the held answers; responders %v", group, responders(head)) })
+			func() string {
+				return fmt.Sprintf("group %d: the held answers; responders %v", group, responders(head))
+			})
 		assert.ElementsMatch(t, append(want, all[1], all[3]), responders(head), "group %d: every instance answered", group)
 	}
 
