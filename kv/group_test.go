@@ -50,21 +50,39 @@ func TestInstanceGroupsExactSums(t *testing.T) {
 		stores = append(stores, h)
 	})
 	keys := spreadKeys(j.Workers[0].ServerKeyRanges(), 4)
+	workers := make([]*Worker, len(j.Workers))
+	planeVals := func(inst int) []float32 {
+		vals := make([]float32, len(keys))
+		for k := range vals {
+			vals[k] = float32(k + 1 + 100*inst) // the planes must not mix
+		}
+		return vals
+	}
 	var wg sync.WaitGroup
 	for wi := range j.Workers {
 		w := j.newWorker(wi, 0)
-		inst := wi % groupSize
+		workers[wi] = w
+		vals := planeVals(wi % groupSize)
 		wg.Go(func() {
-			vals := make([]float32, len(keys))
-			for k := range vals {
-				vals[k] = float32(k + 1 + 100*inst) // the planes must not mix
-			}
 			for range rounds {
 				ts, err := Push(w, keys, vals, nil, Options{})
 				wait(t, w, ts, err)
 			}
-			// both worker processes of this instance pushed everything
-			assert.NoError(t, j.Workers[wi].Barrier(0, message.WorkerGroup))
+		})
+	}
+	wg.Wait()
+	// Every process has pushed everything: meet at a BARRIER, which
+	// counts processes (any one instance of each; the fork's rule), so
+	// each process takes part once, through instance 0. A barrier from
+	// every instance would let two instances of one process complete a
+	// round without the other process.
+	for p := range procs {
+		wg.Go(func() { assert.NoError(t, j.Workers[p*groupSize].Barrier(0, message.WorkerGroup)) })
+	}
+	wg.Wait()
+	for wi, w := range workers {
+		vals := planeVals(wi % groupSize)
+		wg.Go(func() {
 			var got []float32
 			ts, err := Pull(w, keys, &got, nil, Options{})
 			wait(t, w, ts, err)
@@ -83,9 +101,11 @@ func TestInstanceGroupsExactSums(t *testing.T) {
 			want = append(want, int32(message.WorkerRankToID(p*groupSize+inst)))
 		}
 		var got []int32
+		mu.Lock()
 		for id := range senders[po.MyNode().ID] {
 			got = append(got, id)
 		}
+		mu.Unlock()
 		assert.ElementsMatch(t, want, got, "server %d (instance %d) must hear only worker instances %d", si, inst, inst)
 		assert.Equal(t, 4, stores[si].Len(), "server %d holds its process's key range", si)
 	}
