@@ -1,7 +1,7 @@
 // Instance groups of the BytePS fork's API (DMLC_GROUP_SIZE=n > 1), with
 // exact sums:
-//  - StartPS(0, GetRole(DMLC_ROLE), rank, true) with rank DMLC_RANK, else
-//    the launch index (ELASTICPS_LOCAL_INDEX); Finalize(0, role, true);
+//  - StartPS(0, GetRole(DMLC_ROLE), rank, true) with rank DMLC_RANK (which
+//    elasticps local sets to the launch index); Finalize(0, role, true);
 //  - every instance i has rank rank*n+i (GetServer(i)/GetWorker(i)
 //    my_rank()), MyRank() is the process's rank, NumServers() and
 //    NumWorkers() count processes;
@@ -11,7 +11,12 @@
 //  - workers: one thread per instance, KVWorker<int>(0, 0, i), pushes
 //    (i + 1) * 1000 + (rank + 1) * (k + 1) for key k, ROUNDS times, to 2 keys
 //    per server; then a Barrier(0, kWorkerGroup) of the processes (instance
-//    0) and every instance pulls and checks its own plane's sums exactly.
+//    0) and every instance pulls and checks its own plane's sums exactly;
+//  - every server instance registers a receive buffer for each worker
+//    process (RegisterRecvBufferWithRank(p), or RegisterRecvBuffer with
+//    the id of the worker instance that talks to it), before a
+//    Barrier(0, kWorkerGroup + kServerGroup), and every push arrives in
+//    its buffer.
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -39,7 +44,7 @@ int Value(int instance, int rank, int k) { return (instance + 1) * 1000 + (rank 
 
 int main() {
   const int n = compat::EnvInt("DMLC_GROUP_SIZE", 1);
-  const int rank = compat::EnvInt("DMLC_RANK", compat::EnvInt("ELASTICPS_LOCAL_INDEX", -1));
+  const int rank = compat::EnvInt("DMLC_RANK", -1);
   Node::Role role = GetRole(compat::Env("DMLC_ROLE"));
   StartPS(0, role, role == Node::SCHEDULER ? -1 : rank, true);
   if (role != Node::SCHEDULER) {
@@ -54,16 +59,31 @@ int main() {
   const int num_workers = NumWorkers(), num_servers = NumServers();
   std::vector<Store> stores(n);
   std::vector<KVServer<int>*> servers;
-  std::atomic<int> bad_senders(0);
+  std::atomic<int> bad_senders(0), unbuffered(0);
+  // bufs[i][p]: server instance i's receive buffer for worker process p
+  std::vector<std::vector<SArray<int>>> bufs(n, std::vector<SArray<int>>(num_workers));
   if (role == Node::SERVER) {
     for (int i = 0; i < n; ++i) {
       auto* srv = new KVServer<int>(0, false, i);
       Store* st = &stores[i];
-      srv->set_request_handle([st, &bad_senders, num_workers](const KVMeta& meta, const KVPairs<int>& data,
-                                                              KVServer<int>* s) {
-        bool ok = false;
-        for (int p = 0; p < num_workers; ++p) ok = ok || meta.sender == Postoffice::WorkerRankToID(p);
-        if (!ok) bad_senders++;
+      std::vector<SArray<int>>* mine = &bufs[i];
+      SArray<Key> first(1, Postoffice::GetServer(i)->GetServerKeyRanges()[rank].begin());
+      for (int p = 0; p < num_workers; ++p) {
+        (*mine)[p] = SArray<int>(kKeysPerServer);
+        SArray<int> lens(1, kKeysPerServer);
+        if ((p + i) % 2 == 0) {
+          srv->RegisterRecvBufferWithRank(p, first, (*mine)[p], lens);
+        } else {
+          srv->RegisterRecvBuffer(Postoffice::Get()->GroupWorkerRankToInstanceID(p, i), first, (*mine)[p], lens);
+        }
+      }
+      srv->set_request_handle([st, mine, &bad_senders, &unbuffered, num_workers](
+                                  const KVMeta& meta, const KVPairs<int>& data, KVServer<int>* s) {
+        int from = -1;
+        for (int p = 0; p < num_workers; ++p)
+          if (meta.sender == Postoffice::WorkerRankToID(p)) from = p;
+        if (from < 0) bad_senders++;
+        if (meta.push && (from < 0 || data.vals.data() != (*mine)[from].data())) unbuffered++;
         KVPairs<int> res;
         std::lock_guard<std::mutex> lk(st->mu);
         if (meta.push) {
@@ -77,6 +97,7 @@ int main() {
       });
       servers.push_back(srv);
     }
+    Postoffice::GetServer(0)->Barrier(0, kWorkerGroup + kServerGroup);  // buffers registered
   }
   if (role == Node::WORKER) {
     const auto& krs = Postoffice::Get()->GetServerKeyRanges();
@@ -85,6 +106,7 @@ int main() {
       for (int k = 0; k < kKeysPerServer; ++k) keys.push_back(krs[s].begin() + k);
     std::vector<KVWorker<int>*> kvs;
     for (int i = 0; i < n; ++i) kvs.push_back(new KVWorker<int>(0, 0, i));
+    Postoffice::GetWorker(0)->Barrier(0, kWorkerGroup + kServerGroup);  // the servers' buffers
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i) {
       threads.emplace_back([&, i] {
@@ -113,6 +135,7 @@ int main() {
   }
   Finalize(0, role, true);
   EXPECT(bad_senders.load() == 0) << bad_senders.load() << " requests named no worker process as sender";
+  EXPECT(unbuffered.load() == 0) << unbuffered.load() << " pushes were not received into their registered buffer";
   for (auto* s : servers) delete s;
   return 0;
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -295,8 +296,29 @@ func (c *Customer) run() {
 
 // NewRequest starts tracking a request sent to every node of group (a group
 // id 1-7 or a node id) and returns its timestamp: 0, 1, 2, ... per customer.
+// With instance groups it waits for one response per process of the group
+// (see groupReplies).
 func (c *Customer) NewRequest(group int) int32 {
-	return c.newRequest(len(c.po.NodeIDs(group)), 0, nil)
+	return c.newRequest(groupReplies(c.po, group, c.po.NodeIDs(group)), 0, nil)
+}
+
+// groupReplies is how many responses a request sent to ids, the members
+// of group, waits for. Without instance groups (GroupSize 1), or for a
+// single node id, that is one per node. With GroupSize n > 1 a group
+// (1-7) holds n instances of every server and worker process, and, as in
+// the BytePS fork, the request completes after one response per process:
+// the group's servers and workers divided by n, plus the scheduler if it
+// is a member. Responses after that still reach the response handler.
+func groupReplies(po *postoffice.Postoffice, group int, ids []int32) int {
+	n := po.GroupSize()
+	if n <= 1 || group < 1 || group > message.AllGroup {
+		return len(ids)
+	}
+	sched := 0
+	if slices.Contains(ids, message.SchedulerID) {
+		sched = 1
+	}
+	return (len(ids)-sched)/n + sched
 }
 
 // newRequest tracks a request that expects `expected` responses of which

@@ -99,13 +99,16 @@ func (a *SimpleApp) Customer() *Customer { return a.c }
 // handles its own requests in ps-lite) and returns the request's timestamp
 // for Wait. If some messages cannot be sent, the request completes with that
 // error once the others have been answered; the error is also returned here
-// (with a valid timestamp).
+// (with a valid timestamp). With instance groups (DMLC_GROUP_SIZE n > 1) a
+// group request goes to every instance but completes, as in the BytePS
+// fork, after one response per process of the group (the instances
+// divided by n); the other responses reach the response handler later.
 func (a *SimpleApp) Request(head int32, body []byte, group int) (int32, error) {
 	ids := a.po.NodeIDs(group)
 	if ids == nil {
 		return -1, fmt.Errorf("kv: SimpleApp.Request: %d is neither a group (1-7) nor a node id of this job", group)
 	}
-	ts := a.c.newRequest(len(ids), 0, nil)
+	ts := a.c.newRequest(groupReplies(a.po, group, ids), 0, nil)
 	var firstErr error
 	for _, id := range ids {
 		m := &message.Message{Meta: message.NewMeta()}

@@ -20,6 +20,10 @@ CMD ARGS with DMLC_ROLE, DMLC_NUM_SERVER, DMLC_NUM_WORKER, DMLC_PS_ROOT_URI
 and DMLC_NODE_HOST (127.0.0.1) and DMLC_PS_ROOT_PORT set, plus
 ELASTICPS_LOCAL_INDEX (the launch index within the role; ranks are assigned
 by the scheduler, so DMLC_RANK is not set). --env overrides any of them.
+With --env DMLC_GROUP_SIZE=N (N > 1, the BytePS fork's instance groups,
+where every process must ask for its rank) every server and worker process
+gets DMLC_RANK = its launch index, unless DMLC_RANK is set by --env or in
+the launcher's environment.
 
 Every output line is prefixed with its process: "[worker 1] ", and
 "[worker 1 rank 0] " once an elasticps node (Go, or C++ through the bridge)

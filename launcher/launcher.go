@@ -390,6 +390,21 @@ func (j *Job) lookupEnv(key string) (string, bool) {
 	return os.LookupEnv(key)
 }
 
+// ranksByIndex reports whether plan sets DMLC_RANK to the launch index of
+// every server and worker process: with instance groups (DMLC_GROUP_SIZE
+// > 1, in Env or the parent environment) every instance must ask for its
+// rank, and programs written for the BytePS fork pass DMLC_RANK to
+// StartPS. A non-empty DMLC_RANK in Env or the parent is left alone, as
+// is a DMLC_GROUP_SIZE that is not an integer (the nodes report that).
+func (j *Job) ranksByIndex() bool {
+	gs, _ := j.lookupEnv("DMLC_GROUP_SIZE")
+	if n, err := strconv.Atoi(strings.TrimSpace(gs)); err != nil || n <= 1 {
+		return false
+	}
+	rank, _ := j.lookupEnv("DMLC_RANK")
+	return rank == ""
+}
+
 // metricsAddrs gives each of n processes its own PS_METRICS_ADDR when the
 // job has one with a fixed port: base port + launch position (scheduler
 // first), since all of them bind on this machine. A port of 0 already gives
@@ -453,6 +468,11 @@ func (j *Job) plan(port int) ([]*proc, []string, error) {
 		return nil, nil, err
 	}
 	var endpoints []string
+	rankByIndex := j.ranksByIndex()
+	if rankByIndex {
+		gs, _ := j.lookupEnv("DMLC_GROUP_SIZE")
+		info = append(info, "DMLC_GROUP_SIZE="+gs+": every server and worker process gets DMLC_RANK = its launch index")
+	}
 	parent := os.Environ()
 	var procs []*proc
 	for _, r := range roles {
@@ -470,11 +490,15 @@ func (j *Job) plan(port int) ([]*proc, []string, error) {
 				// The job runs on this machine: without it a node would
 				// advertise its first non-loopback address.
 				"DMLC_NODE_HOST="+uri,
-				// Informational only. DMLC_RANK is deliberately not set:
-				// ranks are assigned by the scheduler at registration and
-				// need not match launch order.
+				// Informational only. DMLC_RANK is not set (except with
+				// instance groups, below): ranks are assigned by the
+				// scheduler at registration and need not match launch
+				// order.
 				"ELASTICPS_LOCAL_INDEX="+strconv.Itoa(i),
 			)
+			if rankByIndex && r.role != RoleScheduler {
+				env = append(env, "DMLC_RANK="+strconv.Itoa(i))
+			}
 			env = append(env, j.Env...)
 			if metrics != nil {
 				addr := metrics[len(procs)]

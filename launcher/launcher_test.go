@@ -195,6 +195,57 @@ func TestRunOverridesAndWorkerProcesses(t *testing.T) {
 	assert.Equal(t, want, sortedLines(out.String()))
 }
 
+// With instance groups every process must ask for its rank, so the
+// launcher gives each server and worker process its launch index as
+// DMLC_RANK (the scheduler none), unless the user chose the ranks.
+func TestRunGroupSizeSetsRankByIndex(t *testing.T) {
+	requireSh(t)
+	t.Setenv("DMLC_RANK", "")
+	os.Unsetenv("DMLC_RANK")
+	cmd := sh(`echo "rank=${DMLC_RANK-unset}"`)
+	cases := []struct {
+		name   string
+		env    []string
+		parent string // DMLC_GROUP_SIZE in the launcher's environment
+		extra  func(role string, index int) []string
+		want   []string
+	}{
+		{"group of 2", []string{"DMLC_GROUP_SIZE=2"}, "", nil,
+			[]string{"[scheduler] rank=unset", "[server 0] rank=0", "[server 1] rank=1", "[worker 0] rank=0", "[worker 1] rank=1"}},
+		{"group size in the parent environment", nil, "3", nil,
+			[]string{"[scheduler] rank=unset", "[server 0] rank=0", "[server 1] rank=1", "[worker 0] rank=0", "[worker 1] rank=1"}},
+		{"no groups", []string{"DMLC_GROUP_SIZE=1"}, "", nil,
+			[]string{"[scheduler] rank=unset", "[server 0] rank=unset", "[server 1] rank=unset", "[worker 0] rank=unset", "[worker 1] rank=unset"}},
+		{"user's DMLC_RANK wins", []string{"DMLC_GROUP_SIZE=2", "DMLC_RANK=7"}, "", nil,
+			[]string{"[scheduler] rank=7", "[server 0] rank=7", "[server 1] rank=7", "[worker 0] rank=7", "[worker 1] rank=7"}},
+		{"ExtraEnv's DMLC_RANK wins", []string{"DMLC_GROUP_SIZE=2"}, "", func(role string, index int) []string {
+			if role == RoleWorker {
+				return []string{"DMLC_RANK=" + strconv.Itoa(1-index)}
+			}
+			return nil
+		}, []string{"[scheduler] rank=unset", "[server 0] rank=0", "[server 1] rank=1", "[worker 0] rank=1", "[worker 1] rank=0"}},
+		{"group size not a number: left to the nodes", []string{"DMLC_GROUP_SIZE=two"}, "", nil,
+			[]string{"[scheduler] rank=unset", "[server 0] rank=unset", "[server 1] rank=unset", "[worker 0] rank=unset", "[worker 1] rank=unset"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.parent != "" {
+				t.Setenv("DMLC_GROUP_SIZE", c.parent)
+			}
+			var out, info testutil.SyncBuffer
+			j := &Job{
+				NumServers: 2, NumWorkers: 2, Command: cmd, Env: c.env, ExtraEnv: c.extra,
+				Stdout: &out, Stderr: &out, Info: &info, Timeout: safetyTimeout,
+			}
+			require.NoError(t, j.Run(context.Background()), "output:\n%s", &out)
+			slices.Sort(c.want)
+			assert.Equal(t, c.want, sortedLines(out.String()))
+			told := strings.Contains(info.String(), "gets DMLC_RANK = its launch index")
+			assert.Equal(t, c.want[1] == "[server 0] rank=0", told, "the launcher says when it sets DMLC_RANK; its lines:\n%s", &info)
+		})
+	}
+}
+
 func TestRunNoPrefix(t *testing.T) {
 	requireSh(t)
 	var out testutil.SyncBuffer

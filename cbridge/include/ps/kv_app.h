@@ -582,8 +582,11 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
         "KVServer::Response");
   }
 
-  /* BytePS fork: the values of every later push from node worker_id whose
-   * first key is keys[0] are received into vals instead of new memory: the
+  /* BytePS fork: the values of every later push from node worker_id (with
+   * instance groups, the id of the worker instance that talks to this
+   * server instance: GroupWorkerRankToInstanceID(rank, instance_idx_))
+   * whose first key is keys[0] are received into vals instead of new
+   * memory: the
    * handler's req_data.vals is then a view of vals (same data()), as the
    * fork's transports deliver them. The library copies them in once from
    * its receive buffer (no transport here writes into user memory). A push
@@ -602,17 +605,24 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     recv_buffers_[std::make_pair(worker_id, keys[0])] = RecvBuffer{vals, false};
   }
 
-  /* BytePS fork: RegisterRecvBuffer for the worker of rank worker_rank. */
+  /* BytePS fork: RegisterRecvBuffer for the worker process of rank
+   * worker_rank (with instance groups, its instance instance_idx_). */
   void RegisterRecvBufferWithRank(int worker_rank, SArray<Key>& keys,
                                   const SArray<Val>& vals,
                                   const SArray<int>& lens = {}, int cmd = 0) {
-    RegisterRecvBuffer(Postoffice::WorkerRankToID(worker_rank), keys, vals,
-                       lens, cmd);
+    RegisterRecvBuffer(InstanceWorkerID(worker_rank), keys, vals, lens, cmd);
   }
 
   int instance_idx_;  // BytePS fork
 
  private:
+  /* The node id of instance instance_idx_ of the worker process of rank
+   * worker_rank: the worker instance this server instance hears from. */
+  int InstanceWorkerID(int worker_rank) const {
+    return Postoffice::Get()->GroupWorkerRankToInstanceID(worker_rank,
+                                                          instance_idx_);
+  }
+
   /* Ends a response's hold on its arrays (see Response). */
   static void FreeKept(void* kept) { delete static_cast<KVPairs<Val>*>(kept); }
 
@@ -764,13 +774,16 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     SArray<Val> registered;
     if (m.push && num_keys > 0) {
       std::lock_guard<std::mutex> lk(mu_);
-      auto it = recv_buffers_.find(std::make_pair(m.sender, keys[0]));
+      // m.sender names the worker's process; the buffers are registered
+      // by the id of its instance that sent the push.
+      const int from = InstanceWorkerID(Postoffice::IDtoRank(m.sender));
+      auto it = recv_buffers_.find(std::make_pair(from, keys[0]));
       if (it != recv_buffers_.end() &&
           it->second.vals.size() * sizeof(Val) >= vals_bytes) {
         registered = it->second.vals;
       } else if (it != recv_buffers_.end() && !it->second.warned) {
         it->second.warned = true;
-        LOG(WARNING) << "KVServer: a push from node " << m.sender
+        LOG(WARNING) << "KVServer: a push from node " << from
                      << " for key " << keys[0] << " has "
                      << vals_bytes / sizeof(Val) << " values, more than its "
                      << "registered receive buffer holds ("
@@ -838,7 +851,7 @@ class KVServer : public SimpleApp, private detail::KVRequestReceiver {
     SArray<Val> vals;
     bool warned;  // a push too large for it was logged
   };
-  // RegisterRecvBuffer's buffers by (worker node id, first key)
+  // RegisterRecvBuffer's buffers by (worker instance node id, first key)
   std::map<std::pair<int, Key>, RecvBuffer> recv_buffers_;
   bool closing_ = false;
   int tag_;
