@@ -211,9 +211,12 @@ func runWorker(po *postoffice.Postoffice, w *kv.Worker, plan nodePlan) error {
 		}
 		r := &cellRun{w: w, keys: keys, cell: c, depth: plan.Depth, servers: len(ranges)}
 		r.init()
-		// Warm up (connections, buffers, the GC's pacing), then start
-		// together so that the workers' measurements overlap.
-		if err := r.run(max(plan.Ops/10, 3), 0, nil); err != nil {
+		// Warm up (connections, buffers, the GC's pacing; twice round
+		// every pipe slot, so that each destination and as much transport
+		// memory as the depth keeps in flight has been written once: first
+		// writes of fresh pages are slow on some virtual machines), then
+		// start together so that the workers' measurements overlap.
+		if err := r.run(max(plan.Ops/10, 3, 2*r.slots()), 0, nil); err != nil {
 			return fmt.Errorf("bench cell %s: %w", c.name(), err)
 		}
 		if err := po.Barrier(0, message.WorkerGroup); err != nil {
@@ -252,11 +255,16 @@ type cellRun struct {
 	dsts    [][]byte // one pull destination per slot in flight
 }
 
-func (r *cellRun) init() {
-	slots := 1
+// slots is the number of operations in flight.
+func (r *cellRun) slots() int {
 	if r.cell.Mode == "pipe" {
-		slots = max(r.depth, 1)
+		return max(r.depth, 1)
 	}
+	return 1
+}
+
+func (r *cellRun) init() {
+	slots := r.slots()
 	if r.cell.Op == "push" {
 		r.vals = make([]byte, r.cell.Size)
 		for i := range r.vals {
@@ -298,10 +306,7 @@ func (r *cellRun) issue(slot int) (int32, error) {
 // records each one's latency in h (when non-nil). Sequential cells wait
 // for each operation; pipelined ones keep depth in flight.
 func (r *cellRun) run(ops int, d time.Duration, h *hist) error {
-	slots := 1
-	if r.cell.Mode == "pipe" {
-		slots = max(r.depth, 1)
-	}
+	slots := r.slots()
 	type inflight struct {
 		ts    int32
 		start time.Time
