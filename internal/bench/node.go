@@ -17,6 +17,7 @@ import (
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/van/samehost"
 )
 
 // The bench job's processes are this executable's hidden NodeCommand
@@ -80,6 +81,8 @@ func (p nodePlan) bridgeEnv() []string {
 	switch p.Van {
 	case "fabric", "ibverbs":
 		env = append(env, "DMLC_ENABLE_RDMA="+p.Van)
+	case "samehost":
+		env = append(env, "DMLC_PS_VAN_TYPE=tcp", samehost.Env+"=1")
 	default:
 		env = append(env, "DMLC_PS_VAN_TYPE="+p.Van)
 	}
@@ -96,7 +99,11 @@ func RunNode(ctx context.Context) error {
 	if err := nodeproc.ReadPlan(planEnv, NodeCommand, "elasticps bench", &plan); err != nil {
 		return err
 	}
-	cfg, err := nodeproc.PlanConfig(plan.Van)
+	van := plan.Van
+	if van == "samehost" {
+		van = "tcp" // with PS_SHM_AUTO=1 (bridgeEnv)
+	}
+	cfg, err := nodeproc.PlanConfig(van)
 	if err != nil {
 		return err
 	}
