@@ -116,7 +116,7 @@ func ok[T van.Transport](t T, err error) (van.Transport, error) {
 //
 //	ELASTICPS_TEST_VAN=fabric go test -tags rdma ./kv/ ./postoffice/
 //
-// zmq (the default), tcp, shm and mem need nothing more; fabric and ibverbs need
+// zmq (the default), tcp, shm, samehost and mem need nothing more; fabric and ibverbs need
 // a build with -tags rdma (see van/rdma), and ibverbs an RDMA device. For
 // fabric, FI_PROVIDER picks the libfabric provider (unset: libfabric's
 // first choice for 127.0.0.1, tcp;ofi_rxm on a plain Linux host).
