@@ -291,7 +291,7 @@ const lookupTimeout = 2 * time.Second
 // reach it).
 func SameHost(hostname string) bool {
 	if ip := net.ParseIP(hostname); ip != nil {
-		return localIP(ip)
+		return van.LocalIP(ip)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
 	defer cancel()
@@ -300,23 +300,7 @@ func SameHost(hostname string) bool {
 		return false
 	}
 	for _, ip := range ips {
-		if localIP(ip) {
-			return true
-		}
-	}
-	return false
-}
-
-func localIP(ip net.IP) bool {
-	if ip.IsLoopback() || ip.IsUnspecified() {
-		return true
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+		if van.LocalIP(ip) {
 			return true
 		}
 	}

@@ -330,23 +330,11 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 	return nil
 }
 
-// localHost reports whether host may be this host: an IP address must be a
-// loopback or one of this host's interface addresses; names are trusted.
+// localHost reports whether host may be this host: an IP address must be
+// this host's (van.LocalIP); names are trusted.
 func localHost(host string) bool {
 	ip := net.ParseIP(host)
-	if ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
-		return true
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return true
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
+	return ip == nil || van.LocalIP(ip)
 }
 
 // Close implements van.Transport: it closes the listener and every
