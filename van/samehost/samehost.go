@@ -208,10 +208,11 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 	if t.closed() {
 		return van.ErrClosed
 	}
+	near := t.sameHost(node.Hostname) // may look the name up: not under mu
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var tr van.Transport = t.tcp
-	if t.sameHost(node.Hostname) {
+	if near {
 		tr = t.shm
 	}
 	if err := tr.Connect(node, myID); err != nil {
