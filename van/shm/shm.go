@@ -51,9 +51,9 @@
 // A message whose data frames total at least Config.InlineMax bytes is
 // copied once, by Send, into the data area, at the lowest offset where it
 // fits (so that the pages in use stay few: each costs a fault when first
-// written): Recv returns views of it, and
-// Release (or Detach, which copies them out) writes its release note, which
-// the sender reads at its next large Send. Smaller messages, and messages
+// written). Recv returns views of it, and Release (or Detach, which copies
+// them out) writes its release note, which the sender reads at its next
+// large Send. Smaller messages, and messages
 // that find the data area full (a receiver holding on to many), are copied
 // into the stream with their header, so a slow consumer never blocks a
 // sender on the data area.
