@@ -61,10 +61,13 @@ unit-tcp: deps
 unit-train: deps
 	$(GO) test -count=1 -timeout 10m -run 'EndToEnd' ./internal/train
 
-# The shared-memory van's own tests and the whole-job suites over it.
+# The shared-memory van's own tests and the whole-job suites over it, then
+# over samehost (tcp with PS_SHM_AUTO=1: on one host, every peer over shm;
+# van/samehost's own tests run its tcp side too).
 unit-shm: deps
-	$(GO) test -race -count=1 -timeout 10m ./van/shm
+	$(GO) test -race -count=1 -timeout 10m ./van/shm ./van/samehost
 	ELASTICPS_TEST_VAN=shm $(GO) test -race -count=1 -timeout 10m ./kv ./postoffice
+	ELASTICPS_TEST_VAN=samehost $(GO) test -race -count=1 -timeout 10m ./kv ./postoffice
 
 # The whole-job suites on the in-memory van (van/memvan): no sockets, so a
 # failure here is the library's, not the network's. Tests that need a real

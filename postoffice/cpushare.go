@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/van"
 )
 
 // Nodes of one job that share a host share its CPUs.
@@ -133,20 +134,5 @@ func onThisHost(addr, me string) bool {
 		return true
 	}
 	ip := net.ParseIP(addr)
-	if ip == nil {
-		return false
-	}
-	if ip.IsLoopback() {
-		return true
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
+	return ip != nil && van.LocalIP(ip)
 }

@@ -46,7 +46,7 @@ func runBench(ctx context.Context, args []string) error {
 func parseBenchArgs(args []string) (bench.Config, error) {
 	o := bench.Config{}
 	fs := flag.NewFlagSet("elasticps bench", flag.ContinueOnError)
-	van := fs.String("van", "all", "comma-separated transports: zmq, tcp, shm (one host), fabric or ibverbs (builds with the rdma tag); all is zmq,tcp (and fabric in rdma builds)")
+	van := fs.String("van", "all", "comma-separated transports: zmq, tcp, shm (one host), samehost (tcp with PS_SHM_AUTO=1), fabric or ibverbs (builds with the rdma tag); all is zmq,tcp (and fabric in rdma builds)")
 	topo := fs.String("topo", "1x1,2x2", "comma-separated SxW topologies (servers x workers)")
 	sizes := fs.String("sizes", "4KB,256KB,4MB", "comma-separated value sizes per operation")
 	ops := fs.String("ops-kind", "push,pull", "comma-separated operations: push, pull")
@@ -86,7 +86,7 @@ func parseBenchArgs(args []string) (bench.Config, error) {
 			if rdma.Built {
 				o.Vans = append(o.Vans, "fabric")
 			}
-		case "zmq", "tcp", "shm":
+		case "zmq", "tcp", "shm", "samehost":
 			o.Vans = append(o.Vans, v)
 		case "fabric", "ibverbs":
 			if !rdma.Built {
@@ -94,7 +94,7 @@ func parseBenchArgs(args []string) (bench.Config, error) {
 			}
 			o.Vans = append(o.Vans, v)
 		default:
-			return o, fmt.Errorf("bench: --van %q: use zmq, tcp, shm, fabric, ibverbs (-tags rdma builds) or all, or a comma-separated list of them", v)
+			return o, fmt.Errorf("bench: --van %q: use zmq, tcp, shm, samehost (tcp with PS_SHM_AUTO=1), fabric, ibverbs (-tags rdma builds) or all, or a comma-separated list of them", v)
 		}
 	}
 	for _, t := range cli.SplitList(*topo) {

@@ -33,23 +33,25 @@ var layers = map[string]int{
 
 	"van/zmq": 3, "van/tcp": 3, "van/rdma": 3, "van/memvan": 3, "van/shm": 3, "van/vantest": 3,
 
-	"van/anyvan": 4, // opens any of them
+	"van/samehost": 4, // shm to this host's peers, tcp to the others
 
-	"postoffice": 5, // a node's control plane
+	"van/anyvan": 5, // opens any of them
 
-	"kv": 6, // customers, workers, servers, stores; the Router and RequestGate hooks
+	"postoffice": 6, // a node's control plane
 
-	"elastic": 7, // implements kv's hooks
+	"kv": 7, // customers, workers, servers, stores; the Router and RequestGate hooks
 
-	"paramstore": 7, // the training store: a kv handler, elastic's Migrator by its methods
+	"elastic": 8, // implements kv's hooks
 
-	"elastic/coord": 8, // the scheduler's side of elastic mode
+	"paramstore": 8, // the training store: a kv handler, elastic's Migrator by its methods
 
-	"internal/nodeproc": 9, "internal/jobtest": 9, "cbridge/capi": 9, "examples/go/quickstart": 9,
+	"elastic/coord": 9, // the scheduler's side of elastic mode
 
-	"internal/bench": 10, "internal/straggler": 10, "internal/train": 10, "internal/failover": 10,
+	"internal/nodeproc": 10, "internal/jobtest": 10, "cbridge/capi": 10, "examples/go/quickstart": 10,
 
-	"cmd/elasticps": 11, "e2e": 11,
+	"internal/bench": 11, "internal/straggler": 11, "internal/train": 11, "internal/failover": 11,
+
+	"cmd/elasticps": 12, "e2e": 12,
 }
 
 // TestNoImportRunsUpTheLayers lists every package of the module with its

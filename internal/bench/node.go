@@ -17,6 +17,7 @@ import (
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/van/samehost"
 )
 
 // The bench job's processes are this executable's hidden NodeCommand
@@ -80,6 +81,8 @@ func (p nodePlan) bridgeEnv() []string {
 	switch p.Van {
 	case "fabric", "ibverbs":
 		env = append(env, "DMLC_ENABLE_RDMA="+p.Van)
+	case "samehost":
+		env = append(env, "DMLC_PS_VAN_TYPE=tcp", samehost.Env+"=1")
 	default:
 		env = append(env, "DMLC_PS_VAN_TYPE="+p.Van)
 	}
@@ -96,7 +99,11 @@ func RunNode(ctx context.Context) error {
 	if err := nodeproc.ReadPlan(planEnv, NodeCommand, "elasticps bench", &plan); err != nil {
 		return err
 	}
-	cfg, err := nodeproc.PlanConfig(plan.Van)
+	van := plan.Van
+	if van == "samehost" {
+		van = "tcp" // with PS_SHM_AUTO=1 (bridgeEnv)
+	}
+	cfg, err := nodeproc.PlanConfig(van)
 	if err != nil {
 		return err
 	}
@@ -211,9 +218,12 @@ func runWorker(po *postoffice.Postoffice, w *kv.Worker, plan nodePlan) error {
 		}
 		r := &cellRun{w: w, keys: keys, cell: c, depth: plan.Depth, servers: len(ranges)}
 		r.init()
-		// Warm up (connections, buffers, the GC's pacing), then start
-		// together so that the workers' measurements overlap.
-		if err := r.run(max(plan.Ops/10, 3), 0, nil); err != nil {
+		// Warm up (connections, buffers, the GC's pacing; twice round
+		// every pipe slot, so that each destination and as much transport
+		// memory as the depth keeps in flight has been written once: first
+		// writes of fresh pages are slow on some virtual machines), then
+		// start together so that the workers' measurements overlap.
+		if err := r.run(max(plan.Ops/10, 3, 2*r.slots()), 0, nil); err != nil {
 			return fmt.Errorf("bench cell %s: %w", c.name(), err)
 		}
 		if err := po.Barrier(0, message.WorkerGroup); err != nil {
@@ -252,11 +262,16 @@ type cellRun struct {
 	dsts    [][]byte // one pull destination per slot in flight
 }
 
-func (r *cellRun) init() {
-	slots := 1
+// slots is the number of operations in flight.
+func (r *cellRun) slots() int {
 	if r.cell.Mode == "pipe" {
-		slots = max(r.depth, 1)
+		return max(r.depth, 1)
 	}
+	return 1
+}
+
+func (r *cellRun) init() {
+	slots := r.slots()
 	if r.cell.Op == "push" {
 		r.vals = make([]byte, r.cell.Size)
 		for i := range r.vals {
@@ -298,10 +313,7 @@ func (r *cellRun) issue(slot int) (int32, error) {
 // records each one's latency in h (when non-nil). Sequential cells wait
 // for each operation; pipelined ones keep depth in flight.
 func (r *cellRun) run(ops int, d time.Duration, h *hist) error {
-	slots := 1
-	if r.cell.Mode == "pipe" {
-		slots = max(r.depth, 1)
-	}
+	slots := r.slots()
 	type inflight struct {
 		ts    int32
 		start time.Time

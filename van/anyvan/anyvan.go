@@ -18,18 +18,23 @@ import (
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/memvan"
 	"github.com/elasticps/elasticps/van/rdma"
+	"github.com/elasticps/elasticps/van/samehost"
 	"github.com/elasticps/elasticps/van/shm"
 	"github.com/elasticps/elasticps/van/tcp"
 	"github.com/elasticps/elasticps/van/zmq"
 )
 
 // Kinds is the list of van names Open accepts, for error messages.
-const Kinds = "zmq, tcp, shm, ibverbs, fabric or mem"
+const Kinds = "zmq, tcp, shm, samehost, ibverbs, fabric or mem"
 
 // Open returns an unbound transport of the given kind:
 //
 //   - "zmq" (or ""): van/zmq, wire-compatible with C++ ps-lite;
 //   - "tcp": van/tcp, pure Go, for jobs whose nodes are all elasticps;
+//     with PS_SHM_AUTO=1 (or BYTEPS_ENABLE_IPC=1) in the environment,
+//     "samehost";
+//   - "samehost": van/samehost, shm to the peers on this host and tcp to
+//     the others (PS_SHM_SPIN_US read as for "shm");
 //   - "shm": van/shm, shared memory between nodes on one host (Linux),
 //     for jobs whose nodes are all elasticps, with its receive polling
 //     read from the environment by shm.ConfigFromEnv (PS_SHM_SPIN_US);
@@ -55,7 +60,14 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 	case "", "zmq":
 		return ok(zmq.New(zmq.Config{Options: opts}))
 	case "tcp":
+		if auto, err := samehost.Enabled(os.LookupEnv); err != nil {
+			return nil, err
+		} else if auto {
+			return openSameHost(opts)
+		}
 		return ok(tcp.New(tcp.Config{Options: opts}))
+	case "samehost":
+		return openSameHost(opts)
 	case "shm":
 		cfg, err := shm.ConfigFromEnv(os.LookupEnv)
 		if err != nil {
@@ -76,6 +88,16 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 	return nil, fmt.Errorf("anyvan: unknown van %q: use %s", kind, Kinds)
 }
 
+func openSameHost(opts van.Options) (van.Transport, error) {
+	cfg, err := shm.ConfigFromEnv(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Options = opts
+	cfg.Options.Encryption = nil // samehost refuses it, named by the tcp side
+	return ok(samehost.New(samehost.Config{TCP: tcp.Config{Options: opts}, SHM: cfg}))
+}
+
 // memNetwork is the process's network for Open("mem").
 var memNetwork = sync.OnceValue(memvan.NewNetwork)
 
@@ -94,7 +116,7 @@ func ok[T van.Transport](t T, err error) (van.Transport, error) {
 //
 //	ELASTICPS_TEST_VAN=fabric go test -tags rdma ./kv/ ./postoffice/
 //
-// zmq (the default), tcp, shm and mem need nothing more; fabric and ibverbs need
+// zmq (the default), tcp, shm, samehost and mem need nothing more; fabric and ibverbs need
 // a build with -tags rdma (see van/rdma), and ibverbs an RDMA device. For
 // fabric, FI_PROVIDER picks the libfabric provider (unset: libfabric's
 // first choice for 127.0.0.1, tcp;ofi_rxm on a plain Linux host).

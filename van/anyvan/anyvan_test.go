@@ -9,6 +9,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/van"
 	"github.com/elasticps/elasticps/van/memvan"
+	"github.com/elasticps/elasticps/van/samehost"
 	"github.com/elasticps/elasticps/van/tcp"
 	"github.com/elasticps/elasticps/van/vantest"
 )
@@ -21,10 +22,31 @@ func TestOpenByKind(t *testing.T) {
 
 	tr, err = Open("carrier-pigeon", van.Options{})
 	assert.Nil(t, tr, "no typed nil")
-	assert.EqualError(t, err, `anyvan: unknown van "carrier-pigeon": use zmq, tcp, shm, ibverbs, fabric or mem`)
+	assert.EqualError(t, err, `anyvan: unknown van "carrier-pigeon": use zmq, tcp, shm, samehost, ibverbs, fabric or mem`)
 
 	_, err = Open("tcp", van.Options{WaterMark: -1})
 	assert.ErrorContains(t, err, "van/tcp: Options.WaterMark must not be negative")
+}
+
+// TestShmAutoWrapsTCP: PS_SHM_AUTO=1 (or BytePS's BYTEPS_ENABLE_IPC=1)
+// turns the tcp van into samehost; other vans are left as they are.
+func TestShmAutoWrapsTCP(t *testing.T) {
+	for _, env := range []string{samehost.Env, samehost.AliasEnv} {
+		t.Run(env, func(t *testing.T) {
+			t.Setenv(env, "1")
+			tr, err := Open("tcp", van.Options{})
+			require.NoError(t, err)
+			assert.IsType(t, &samehost.Transport{}, tr)
+			assert.NoError(t, tr.Close())
+			tr, err = Open("mem", van.Options{})
+			require.NoError(t, err)
+			assert.IsType(t, &memvan.Transport{}, tr)
+			assert.NoError(t, tr.Close())
+		})
+	}
+	t.Setenv(samehost.Env, "on")
+	_, err := Open("tcp", van.Options{})
+	assert.ErrorContains(t, err, `PS_SHM_AUTO="on" is invalid`)
 }
 
 // TestMemSharesOneNetwork: two "mem" transports of one process reach each

@@ -19,9 +19,9 @@ type Config struct {
 
 	// RingBytes is the size of each connection's data area, the part of
 	// its shared segment for large frames. Pages are committed as they
-	// are first written, and the area is filled
-	// from its start whenever it is empty, so an idle or ping-pong
-	// connection uses about one message's worth. Default 64 MiB.
+	// are first written, and each message goes to the lowest offset where
+	// it fits, so a connection uses about as much as the messages its
+	// receiver holds at once. Default 64 MiB.
 	RingBytes int
 
 	// InlineMax: messages whose data frames total fewer bytes are copied

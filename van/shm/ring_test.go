@@ -12,7 +12,7 @@ import (
 	"github.com/elasticps/elasticps/van/vantest"
 )
 
-func TestRingAllocatesInOrderAndReclaims(t *testing.T) {
+func TestRingAllocatesLowestFirstAndReclaims(t *testing.T) {
 	r := &ring{mem: make([]byte, 100)}
 	alloc := func(n uint64) uint64 {
 		t.Helper()
@@ -23,23 +23,50 @@ func TestRingAllocatesInOrderAndReclaims(t *testing.T) {
 	assert.Equal(t, uint64(0), alloc(40))
 	assert.Equal(t, uint64(40), alloc(40))
 	_, ok := r.alloc(40)
-	assert.False(t, ok, "20 bytes left at the end, none at the start")
+	assert.False(t, ok, "20 bytes left")
+	assert.Equal(t, uint64(80), alloc(16))
 
-	assert.True(t, r.free(40), "freed out of order")
-	_, ok = r.alloc(40)
-	assert.False(t, ok, "the oldest region still holds the start")
-	assert.True(t, r.free(0))
-	assert.Equal(t, uint64(0), alloc(16), "an empty ring starts over at 0")
-	assert.Equal(t, uint64(16), alloc(80))
+	assert.True(t, r.free(0), "freed out of order")
+	assert.Equal(t, uint64(0), alloc(24), "the lowest gap that fits")
+	assert.Equal(t, uint64(24), alloc(16), "the rest of that gap")
+	_, ok = r.alloc(8)
+	assert.False(t, ok, "4 bytes at the end, none between")
+	assert.True(t, r.free(40))
+	assert.True(t, r.free(24))
+	assert.Equal(t, uint64(24), alloc(56), "two freed neighbours make one gap")
+	assert.False(t, r.free(8), "not a live region")
+	assert.False(t, r.free(40), "freed twice")
+	for _, off := range []uint64{0, 24, 80} {
+		assert.True(t, r.free(off))
+	}
+	assert.Equal(t, uint64(0), alloc(100), "empty: all of it")
 	_, ok = r.alloc(8)
 	assert.False(t, ok)
 	assert.True(t, r.free(0))
-	assert.Equal(t, uint64(0), alloc(16), "wraps to the space the oldest region freed")
-	_, ok = r.alloc(8)
-	assert.False(t, ok, "full: head met tail")
-	assert.False(t, r.free(8), "not a live region")
 	_, ok = r.alloc(101)
 	assert.False(t, ok)
+}
+
+// TestRingKeepsToLowPages: messages that come and go a few at a time reuse
+// the start of the data area instead of walking all of it (each new page
+// costs a fault; see ring).
+func TestRingKeepsToLowPages(t *testing.T) {
+	const msg = 4 << 20
+	r := &ring{mem: make([]byte, 64<<20)}
+	var live []uint64
+	var top uint64
+	for i := range 200 {
+		off, ok := r.alloc(msg)
+		require.True(t, ok)
+		top = max(top, off+msg)
+		live = append(live, off)
+		if len(live) == 3 { // three in flight, released out of order
+			j := i % 3
+			require.True(t, r.free(live[j]))
+			live = append(live[:j], live[j+1:]...)
+		}
+	}
+	assert.Equal(t, uint64(3*msg), top, "bytes of the data area ever used")
 }
 
 // TestFullSegmentFallsBackToStream: a receiver that keeps messages without

@@ -49,9 +49,11 @@
 // # Data path
 //
 // A message whose data frames total at least Config.InlineMax bytes is
-// copied once, by Send, into the data area: Recv returns views of it, and
-// Release (or Detach, which copies them out) writes its release note, which
-// the sender reads at its next large Send. Smaller messages, and messages
+// copied once, by Send, into the data area, at the lowest offset where it
+// fits (so that the pages in use stay few: each costs a fault when first
+// written). Recv returns views of it, and Release (or Detach, which copies
+// them out) writes its release note, which the sender reads at its next
+// large Send. Smaller messages, and messages
 // that find the data area full (a receiver holding on to many), are copied
 // into the stream with their header, so a slow consumer never blocks a
 // sender on the data area.
@@ -328,23 +330,11 @@ func (t *Transport) Connect(node message.Node, myID int32) error {
 	return nil
 }
 
-// localHost reports whether host may be this host: an IP address must be a
-// loopback or one of this host's interface addresses; names are trusted.
+// localHost reports whether host may be this host: an IP address must be
+// this host's (van.LocalIP); names are trusted.
 func localHost(host string) bool {
 	ip := net.ParseIP(host)
-	if ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
-		return true
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return true
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
+	return ip == nil || van.LocalIP(ip)
 }
 
 // Close implements van.Transport: it closes the listener and every
