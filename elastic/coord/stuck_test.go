@@ -3,6 +3,7 @@ package coord
 import (
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,19 +81,7 @@ func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
 	const ns, nw, rounds = 2, 2, 200
 	j := startJobWith(t, ns, nw, jobOpts{stuckServer: true})
 	stuck := j.stuck.MyNode().ID
-	// keys of the real servers only: the stuck one serves nothing
-	ranges := j.workers[0].ServerKeyRanges()
-	var keys []uint64
-	var vals []float32
-	for rank, r := range ranges {
-		if int32(message.ServerRankToID(rank)) != stuck {
-			keys = append(keys, r.Begin, r.Begin+1)
-			vals = append(vals, float32(10*rank+1), float32(10*rank+2))
-		}
-	}
-	from, _ := owner(j.coord.Table().Current(), keys[0], keys[0]+1)
-	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
-	require.Eventually(t, func() bool { return done.Load() >= 20 }, 30*time.Second, time.Millisecond)
+	keys, vals, from, wg := j.pushAroundStuck(t, rounds)
 
 	_, err := j.coord.Move(keys[0], keys[0]+1, stuck)
 	require.ErrorIs(t, err, elastic.ErrNoAnswer)
@@ -119,17 +108,7 @@ func TestMoveEndsWhenItsServerDies(t *testing.T) {
 	}})
 	j.coord.Timeout = 10 * time.Minute
 	stuck := j.stuck.MyNode().ID
-	var keys []uint64 // the real servers' keys: the stuck one serves nothing
-	var vals []float32
-	for rank, r := range j.workers[0].ServerKeyRanges() {
-		if int32(message.ServerRankToID(rank)) != stuck {
-			keys = append(keys, r.Begin, r.Begin+1)
-			vals = append(vals, float32(10*rank+1), float32(10*rank+2))
-		}
-	}
-	from, _ := owner(j.coord.Table().Current(), keys[0], keys[0]+1)
-	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
-	require.Eventually(t, func() bool { return done.Load() >= 20 }, 30*time.Second, time.Millisecond)
+	keys, vals, from, wg := j.pushAroundStuck(t, rounds)
 
 	epoch := j.coord.Table().Epoch()
 	moved := make(chan error, 1)
@@ -149,4 +128,22 @@ func TestMoveEndsWhenItsServerDies(t *testing.T) {
 
 	wg.Wait()
 	j.requireSums(t, keys, vals, rounds*nw)
+}
+
+// pushAroundStuck starts every worker pushing two keys of each real server
+// (the stuck one serves nothing) rounds times, and waits until 20 pushes
+// are done; from is the owner of keys[0].
+func (j *elasticJob) pushAroundStuck(t *testing.T, rounds int) (keys []uint64, vals []float32, from int32, wg *sync.WaitGroup) {
+	t.Helper()
+	stuck := j.stuck.MyNode().ID
+	for rank, r := range j.workers[0].ServerKeyRanges() {
+		if int32(message.ServerRankToID(rank)) != stuck {
+			keys = append(keys, r.Begin, r.Begin+1)
+			vals = append(vals, float32(10*rank+1), float32(10*rank+2))
+		}
+	}
+	from, _ = owner(j.coord.Table().Current(), keys[0], keys[0]+1)
+	wg, done := j.pushRounds(t, keys, vals, rounds, time.Millisecond)
+	require.Eventually(t, func() bool { return done.Load() >= 20 }, 30*time.Second, time.Millisecond)
+	return keys, vals, from, wg
 }
