@@ -149,6 +149,16 @@ func rawInt(v int32) uint32 {
 	return uint32(v)
 }
 
+// rawHeaderInt is rawInt for head, app_id, customer_id and timestamp: as
+// DecodeRawMeta reads kEmpty back as Empty only in control messages, a
+// data message's Empty goes out as it is, so that it comes back the same.
+func rawHeaderInt(v int32, ctrl bool) uint32 {
+	if ctrl {
+		return rawInt(v)
+	}
+	return uint32(v)
+}
+
 func rawBool(b bool) byte {
 	if b {
 		return 1
@@ -201,22 +211,22 @@ func (m *Meta) AppendRaw(dst []byte) ([]byte, error) {
 	b := dst[start:]
 	clear(b)
 	c := &m.Control
-	le.PutUint32(b[rHead:], rawInt(m.Head))
+	le.PutUint32(b[rHead:], rawHeaderInt(m.Head, c.Cmd != CmdEmpty))
 	le.PutUint32(b[rBodySize:], uint32(len(m.Body)))
 	le.PutUint32(b[rCmd:], uint32(c.Cmd))
 	le.PutUint32(b[rNodeSize:], uint32(len(c.Nodes)))
 	le.PutUint32(b[rBarrierGroup:], uint32(c.BarrierGroup))
 	le.PutUint64(b[rMsgSig:], c.MsgSig)
 	b[rRequest] = rawBool(m.Request)
-	le.PutUint32(b[rAppID:], rawInt(m.AppID))
-	le.PutUint32(b[rTimestamp:], rawInt(m.Timestamp))
+	le.PutUint32(b[rAppID:], rawHeaderInt(m.AppID, c.Cmd != CmdEmpty))
+	le.PutUint32(b[rTimestamp:], rawHeaderInt(m.Timestamp, c.Cmd != CmdEmpty))
 	le.PutUint32(b[rDataTypeSize:], uint32(len(m.DataType)))
 	r := &m.Raw
 	le.PutUint32(b[rSrcDevType:], uint32(r.SrcDevType))
 	le.PutUint32(b[rSrcDevID:], uint32(r.SrcDevID))
 	le.PutUint32(b[rDstDevType:], uint32(r.DstDevType))
 	le.PutUint32(b[rDstDevID:], uint32(r.DstDevID))
-	le.PutUint32(b[rCustomerID:], rawInt(m.CustomerID))
+	le.PutUint32(b[rCustomerID:], rawHeaderInt(m.CustomerID, c.Cmd != CmdEmpty))
 	b[rPush] = rawBool(m.Push)
 	b[rSimpleApp] = rawBool(m.SimpleApp)
 	var flags byte
