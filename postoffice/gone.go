@@ -211,6 +211,11 @@ func (p *Postoffice) GoneChanged() <-chan struct{} {
 	t := &p.gone
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.changedLocked()
+}
+
+// changedLocked is the channel signal closes next; t.mu is held.
+func (t *goneTable) changedLocked() chan struct{} {
 	if t.changed == nil {
 		t.changed = make(chan struct{})
 	}
@@ -427,10 +432,7 @@ func (p *Postoffice) awaitFailovers(wait time.Duration) {
 		if sched, ok := t.nodes[message.SchedulerID]; ok && sched.Dead {
 			pending = false // nobody will report it
 		}
-		if t.changed == nil {
-			t.changed = make(chan struct{})
-		}
-		changed := t.changed
+		changed := t.changedLocked()
 		t.mu.Unlock()
 		if !pending {
 			return
