@@ -371,7 +371,10 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 	// goes into the cut's received counts below. Redirected, its clock
 	// would stay counted without its values, and another worker's pull of
 	// the round would run without them.
-	decided := e.sync != nil && e.sync.ReadmittingDecided(m)
+	var readmitted, decided bool
+	if e.sync != nil {
+		readmitted, decided = e.sync.Readmitting(m)
+	}
 	for _, in := range e.ins {
 		if overlaps(lo, hi+1, in.mv.Begin, in.mv.End) {
 			in.parked = append(in.parked, m)
@@ -425,7 +428,7 @@ func (e *serverAgent) route(m *message.Message, keys []uint64) (kv.Admitted, boo
 	}
 	// A request the sync gate re-admits passed replicate before it
 	// reached the gate: forwarded, and noted as applied.
-	if e.rep != nil && !released && (e.sync == nil || !e.sync.Readmitting(m)) && e.replicate(m, lo, hi, push) {
+	if e.rep != nil && !released && !readmitted && e.replicate(m, lo, hi, push) {
 		return nil, false // held until its backups applied it (replicate.go)
 	}
 	if push && e.migrator() == nil {

@@ -291,22 +291,17 @@ func (g *SyncGate) Pending(begin, end uint64) bool {
 // Readmitting reports whether m is the request the gate handed back to
 // the server (Server.Readmit) and has not seen again: a gate chained
 // before it that replicates pushes (elastic mode's) did so when m first
-// passed it.
-func (g *SyncGate) Readmitting(m *message.Message) bool {
+// passed it. decided says whether the controller already let it run: it
+// counted m (a push's clock), so m must reach the handler here; diverting
+// it would leave the count without the values (a pull of another worker
+// would be let run without them).
+func (g *SyncGate) Readmitting(m *message.Message) (readmitting, decided bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.sent != nil && g.sent.m == m
-}
-
-// ReadmittingDecided reports whether m is the request on its way back
-// (Readmitting) and the controller already let it run: it counted m (a
-// push's clock), so m must reach the handler here; diverting it would leave
-// the count without the values (a pull of another worker would be let run
-// without them).
-func (g *SyncGate) ReadmittingDecided(m *message.Message) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.sent != nil && g.sent.m == m && g.sent.decided
+	if g.sent == nil || g.sent.m != m {
+		return false, false
+	}
+	return true, g.sent.decided
 }
 
 // PushPending is Pending for pushes only: a push that touches keys
