@@ -21,8 +21,9 @@ type Config struct {
 	// NodeName identifies the member and must be unique in the cluster for
 	// the life of the cluster: memberlist refuses a known name from a new
 	// address until the old one has left. Use something that changes when
-	// a process restarts, e.g. "server-10.0.0.2:9001" with the ps node's
-	// own address. Required.
+	// a process restarts, e.g. "server-9-10.0.0.2:9001": role, the ps
+	// node's id (a restarted server gets a new one) and its address.
+	// Required.
 	NodeName string
 	// BindAddr is the IP to listen on for gossip (UDP and TCP, same port).
 	// Default "0.0.0.0". With 0.0.0.0 or :: memberlist advertises the first
@@ -133,7 +134,7 @@ var ErrShutdown = errors.New("membership: member is shut down")
 // validate checks cfg and returns the memberlist configuration it implies.
 func (cfg Config) validate() (*memberlist.Config, error) {
 	if cfg.NodeName == "" {
-		return nil, errors.New("membership: Config.NodeName is empty: set a name unique in the cluster, e.g. \"server-<host>:<ps port>\"")
+		return nil, errors.New("membership: Config.NodeName is empty: set a name unique in the cluster, e.g. \"server-<node id>-<host>:<ps port>\" (postoffice uses role, id and address)")
 	}
 	if len(cfg.Meta) > MetaMaxSize {
 		return nil, fmt.Errorf("membership: Config.Meta is %d bytes, more than memberlist's limit of %d", len(cfg.Meta), MetaMaxSize)
