@@ -25,7 +25,7 @@ for kv in ${COMPAT_ENV:-}; do EXTRA+=(--env "$kv"); done
 
 echo "== building the launcher and the programs"
 (cd "$ROOT" && go build ${ELASTICPS_TAGS:+-tags "$ELASTICPS_TAGS"} -o bin/elasticps ./cmd/elasticps) || exit 1
-make -s all BUILDDIR="$BIN_DIR" || exit 1
+make -s -j"$(nproc)" all BUILDDIR="$BIN_DIR" || exit 1
 mkdir -p "$BIN_DIR/logs"
 
 pass=0
