@@ -79,7 +79,9 @@ type Options struct {
 	// Start is how the nodes start; StartEach by default.
 	Start StartMode
 	// Van is the transport (an anyvan.Open kind); anyvan.TestKind() by
-	// default.
+	// default. A job with its own van is the same job whatever
+	// anyvan.TestEnvVar says, so Start skips it when that is set: it runs
+	// in the suites' run without it (make unit), not once more per van.
 	Van string
 	// Timeout bounds the start; DefaultTimeout by default.
 	Timeout time.Duration
@@ -105,6 +107,9 @@ type Job struct {
 // released twice meanwhile (van.ReleasedTwice).
 func Start(t testing.TB, opts Options) *Job {
 	t.Helper()
+	if opts.Van != "" && os.Getenv(anyvan.TestEnvVar) != "" {
+		t.Skipf("this job runs on the %s van whatever %s says: it runs when %s is unset (make unit), not again per van", opts.Van, anyvan.TestEnvVar, anyvan.TestEnvVar)
+	}
 	// Registered before the job's stop, so it runs after it: a message
 	// released twice shows here, whatever the test itself checks.
 	twice := van.ReleasedTwice()
