@@ -25,6 +25,7 @@ func replicatedJob(c *postoffice.Config) {
 // ReportFailover), then returns nil when nothing was lost, or the loss
 // with what was lost.
 func TestFinalizeCountsOnlyLostFailovers(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU
 	for _, tc := range []struct {
 		name        string
 		nothingLost bool
@@ -34,6 +35,7 @@ func TestFinalizeCountsOnlyLostFailovers(t *testing.T) {
 		{"lost", false, "the values of its intervals [0, 5) are lost: none had a live backup (routing epoch 2)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			j := startJob(t, 2, 1, replicatedJob)
 			victim := j.Servers[1]
 			dead := victim.MyNode().ID
@@ -80,6 +82,7 @@ func TestFinalizeCountsOnlyLostFailovers(t *testing.T) {
 // Without replicas nothing changes: a dead server is a loss, and Finalize
 // does not wait for a failover.
 func TestFinalizeWithoutReplicasCountsEveryDeadServer(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU
 	j := startJob(t, 2, 1, deathHeartbeats)
 	dead := j.Servers[1].MyNode().ID
 	j.Servers[1].Stop()
@@ -106,6 +109,7 @@ func (r recorder) Accept(m *message.Message) { r <- m }
 // this node's identity from it (ZMQ), and what is sent to it arrives
 // from the right sender.
 func TestRestartedServerAtItsAddressJoinsAsStandby(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU
 	j := startJob(t, 2, 1, replicatedJob)
 	victim := j.Servers[1]
 	dead, port := victim.MyNode().ID, victim.MyNode().Port

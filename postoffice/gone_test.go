@@ -31,6 +31,7 @@ func (e *events) list() []postoffice.NodeEvent {
 // the scheduler included, is told once; a subscriber that comes later is
 // told of it at once; a callback may call back into its node.
 func TestOnNodeGoneOnEveryNode(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU
 	j := startJob(t, 2, 1, deathHeartbeats)
 	victim := j.Servers[1]
 	dead := victim.MyNode()

@@ -81,6 +81,7 @@ func TestBarrierRejectsForeignGroup(t *testing.T) {
 // Heartbeats keep nodes alive; a node that stops sending is reported dead
 // by the scheduler after the timeout, and the scheduler is alive to nodes.
 func TestHeartbeatsAndDeadNodes(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU
 	j := startJob(t, 2, 1, deathHeartbeats)
 	time.Sleep(deathTimeout + time.Second) // longer than the timeout: only heartbeats keep them alive
 	require.Empty(t, j.Scheduler.DeadNodes(deathTimeout), "no node is dead while heartbeating")
@@ -133,6 +134,7 @@ func TestGarbageFrameRejected(t *testing.T) {
 // IsRecovery, the worker learns its new address and reaches it, and the
 // job's final barrier completes.
 func TestServerRecovery(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU
 	j := startJob(t, 2, 1, deathHeartbeats)
 	old := j.Servers[1].MyNode()
 	j.Servers[1].Stop()

@@ -212,12 +212,14 @@ func TestResendBarrierRequestAckLost(t *testing.T) {
 // finalized under 10% loss. Every job ends,
 // and no node gives up on a message.
 func TestResendStressJobs(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU
 	jobs := 8
 	if testing.Short() {
 		jobs = 3
 	}
 	for i := range jobs {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			t.Parallel()
 			j := resendJob(t, 10, nil)
 			for range 5 {
 				jobtest.Barrier(t, j.All(), message.AllGroup)
