@@ -67,6 +67,7 @@ func (c *Coordinator) allSeeded() bool {
 // its values), reported so on every node, while rank 2's own interval,
 // whose backup was seeded at the start, fails over.
 func TestUnseededBackupIsNoCopy(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	var refuse atomic.Bool
 	j := startJobWith(t, 3, 1, jobOpts{configure: replicated(1), migrator: func(h *kv.DefaultHandler) elastic.Migrator {
 		return refusingImport{h, &refuse}

@@ -78,6 +78,7 @@ func (d *drainSetup) heirSeeding(h *kv.DefaultHandler) bool {
 // stops right after the drain, while a worker pushes: its failover
 // promotes the heir and loses no acknowledged push.
 func TestDrainWaitsForTheNewHoldersSeeding(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	d := startDrainSetup(t, 1, 0)
 	j := d.j
 	drained := make(chan struct{})
@@ -120,6 +121,7 @@ func TestDrainWaitsForTheNewHoldersSeeding(t *testing.T) {
 // Timeout, naming the interval; the drained server keeps its copy and
 // stays in the job.
 func TestDrainFailsWhenTheNewHolderIsNotSeeded(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	d := startDrainSetup(t, 1, 3*time.Second)
 	j := d.j
 	gate := func(h *kv.DefaultHandler) error {

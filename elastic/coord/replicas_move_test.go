@@ -130,6 +130,7 @@ func (j *elasticJob) holds(t *testing.T, id int32, key uint64) float32 {
 // the pushes. Then, pushes running again, the new primary of the moved
 // keys stops: the failover loses nothing, and the sums stay exact.
 func TestReplicatedMovesKeepTheCopies(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	j := startJobWith(t, 3, 2, jobOpts{configure: replicated(1)})
 	r0 := j.waitReplicated(t, 1)
 	ranges := j.workers[0].ServerKeyRanges()
@@ -220,6 +221,7 @@ func (l *pushLoad) evenUp(t *testing.T, j *elasticJob, keys []uint64, want []flo
 // as everywhere: a backup's open round held the same pushes as its
 // primary's.
 func TestReplicatedHandlerRoundsUnderASP(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	store := func() (kv.ServerHandler, elastic.Migrator) {
 		cfg := paramstore.DefaultConfig()
 		cfg.RoundSize = func() int { return 2 }

@@ -91,12 +91,18 @@ func (j *elasticJob) pullAll(t *testing.T, keys []uint64) [][]float32 {
 // run; every push is acknowledged (the unacknowledged ones of the round
 // in progress were re-sent to the promoted backup and applied once) and
 // the values are the exact sums of every round of every worker.
-func TestReplicatedBSPSurvivesAServerDeath(t *testing.T) { survivesInSync(t, syncctl.BSP) }
+func TestReplicatedBSPSurvivesAServerDeath(t *testing.T) {
+	t.Parallel() // waits on death detection, not the CPU
+	survivesInSync(t, syncctl.BSP)
+}
 
 // The same under SSP, whose pushes are forwarded one by one and counted
 // by the backups' sync controllers: the promoted backup goes on with the
 // workers' clocks (a pull it holds would otherwise never be answered).
-func TestReplicatedSSPSurvivesAServerDeath(t *testing.T) { survivesInSync(t, syncctl.SSP) }
+func TestReplicatedSSPSurvivesAServerDeath(t *testing.T) {
+	t.Parallel() // waits on death detection, not the CPU
+	survivesInSync(t, syncctl.SSP)
+}
 
 func survivesInSync(t *testing.T, mode syncctl.Mode) {
 	const ns, nw, rounds = 3, 2, 120
@@ -204,6 +210,7 @@ func (m exportImport) Import(state []byte) error                { return m.h.Imp
 // the clocks of its seed, 0, it would hold the pull until worker 1
 // pushed again, which it never does).
 func TestReplicatedSSPBackupKeepsClocks(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	const rounds = 10
 	j := startJobWith(t, 3, 2, jobOpts{configure: replicatedSync(1, syncctl.SSP)})
 	r := j.waitReplicated(t, 1)

@@ -63,6 +63,7 @@ func (j *elasticJob) waitReplicated(t *testing.T, k int, dead ...*postoffice.Pos
 // With k=2 every interval is on all three servers; after the death two
 // are left, so each interval gets one backup again.
 func TestReplicatedJobSurvivesAServerDeath(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	for _, k := range []int{1, 2} {
 		t.Run(fmt.Sprintf("k=%d", k), func(t *testing.T) { survivesAServerDeath(t, k) })
 	}

@@ -22,6 +22,7 @@ import (
 // again. Meanwhile the other workers push through every move and the sums
 // stay exact.
 func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	const ns, nw, moves = 2, 2, 6
 	j := startJobWith(t, ns, nw, jobOpts{stuckWorker: true})
 	stuck := j.stuck.MyNode().ID
@@ -78,6 +79,7 @@ func TestMovesGoOnWhileAWorkerLinkIsStuck(t *testing.T) {
 // the keys go back there; the sums stay exact. Before, the state was
 // dropped and the old owner served the keys from scratch.
 func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	const ns, nw, rounds = 2, 2, 200
 	j := startJobWith(t, ns, nw, jobOpts{stuckServer: true})
 	stuck := j.stuck.MyNode().ID
@@ -101,6 +103,7 @@ func TestAbortAfterExportGivesTheStateBack(t *testing.T) {
 // for the move in progress. The keys stay on the old owner, the error
 // names the dead server, and the sums stay exact.
 func TestMoveEndsWhenItsServerDies(t *testing.T) {
+	t.Parallel() // waits on death detection and move timers, not the CPU
 	const ns, nw, rounds = 2, 2, 200
 	j := startJobWith(t, ns, nw, jobOpts{stuckServer: true, configure: func(c *postoffice.Config) {
 		c.Elastic = true
