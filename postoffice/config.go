@@ -22,6 +22,12 @@ import (
 // from ps-lite's environment variables; Go programs may also build it
 // directly (tests run whole jobs inside one process this way).
 type Config struct {
+	// Env is where ConfigFromEnv read the configuration (ps-lite's
+	// Environment::Init map, then the C environment, for bridge nodes);
+	// NewTransport reads the vans' own variables (BYTEPS_ENABLE_IPC,
+	// PS_SHM_SPIN_US, BYTEPS_RDMA_*) from it too. nil: the process
+	// environment.
+	Env Getenv
 	// AuthToken is the job's shared secret (PS_AUTH_TOKEN, or the first
 	// line of PS_AUTH_TOKEN_FILE). Set, every peer must prove it holds it
 	// (docs/security.md); empty, the job is open, as ps-lite's.
@@ -238,7 +244,7 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if env == nil {
 		env = OSEnv
 	}
-	var c Config
+	c := Config{Env: env}
 	get := trimmed(env)
 
 	roleStr := get("DMLC_ROLE")

@@ -35,6 +35,9 @@ type Postoffice struct {
 	cfg Config
 	log *slog.Logger
 	tr  van.Transport
+	// van names the transport in the node's logs: cfg.VanType, or
+	// "samehost" where PS_SHM_AUTO / BYTEPS_ENABLE_IPC turned tcp into it.
+	van string
 
 	startMu   sync.Mutex
 	started   bool // transport bound, receive loop running
@@ -138,6 +141,7 @@ func New(cfg Config, tr van.Transport) (*Postoffice, error) {
 		waitReport:  waitReport{waitReportFirst, waitReportMax},
 	}
 	p.tr = countingTransport{Transport: tr, stats: &p.stats, wire: cfg.Wire}
+	p.van = vanName(cfg)
 	p.ratelog = ratelog.New(p.log, LogInterval)
 	p.reg = metrics.NewNodeRegistry(cfg.Role.String())
 	st := &p.stats

@@ -10,7 +10,7 @@ import (
 // Van::Create) with anyvan.Open: "zmq" (the default; wire-compatible with
 // C++ ps-lite), "tcp" (pure Go, faster, for jobs whose nodes are all
 // elasticps), "shm" (shared memory, nodes on one host), "ibverbs" / "fabric" (van/rdma, in builds with -tags rdma;
-// the BytePS fork's RDMA tunables come from the environment), or "mem"
+// the BytePS fork's RDMA tunables come from cfg.Env), or "mem"
 // (in-process jobs only).
 func NewTransport(cfg Config) (van.Transport, error) {
 	host := cfg.NodeHost
@@ -21,8 +21,21 @@ func NewTransport(cfg Config) (van.Transport, error) {
 	if cfg.AuthToken != "" {
 		key = []byte(cfg.AuthToken)
 	}
-	return anyvan.Open(cfg.VanType, van.Options{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
+	return anyvan.OpenEnv(cfg.VanType, cfg.Env, van.Options{Local: cfg.Local, WaterMark: cfg.WaterMark, BindAll: cfg.BindAll,
 		Host: host, KeepMalloc: cfg.KeepMalloc, Limits: cfg.Limits.Limits, Wire: cfg.Wire, Logger: cfg.logger(), Encryption: cfg.Encryption, AuthKey: key})
+}
+
+// vanName is what the node's logs call the van cfg selects: "samehost"
+// where PS_SHM_AUTO / BYTEPS_ENABLE_IPC turned tcp into it.
+func vanName(cfg Config) string {
+	env := cfg.Env
+	if env == nil {
+		env = OSEnv
+	}
+	if kind, err := anyvan.Kind(cfg.VanType, env); err == nil {
+		return kind
+	}
+	return cfg.VanType
 }
 
 // Open creates a node with the transport cfg selects.

@@ -30,10 +30,10 @@ const mismatchHint = "every node must use the same DMLC_PS_VAN_TYPE and PS_WIRE"
 func (p *Postoffice) announceUp(me message.Node) {
 	switch p.cfg.Role {
 	case message.RoleScheduler:
-		p.log.Info("scheduler up", "id", me.ID, "addr", addrOf(me), "van", p.cfg.VanType,
+		p.log.Info("scheduler up", "id", me.ID, "addr", addrOf(me), "van", p.van,
 			"servers", p.cfg.NumServers, "workers", p.cfg.NumWorkers)
 	case message.RoleServer:
-		p.log.Info("server up; registering with the scheduler", "addr", addrOf(me), "van", p.cfg.VanType,
+		p.log.Info("server up; registering with the scheduler", "addr", addrOf(me), "van", p.van,
 			"scheduler", p.schedulerAddr())
 	}
 }
@@ -72,8 +72,8 @@ func (p *Postoffice) reportWaiting(waited time.Duration) {
 			"usual causes: the scheduler is not started, DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT do not point at it, "+
 			"this node's DMLC_PS_VAN_TYPE=%s differs from the scheduler's (%s), "+
 			"or the scheduler still waits for other nodes (DMLC_NUM_SERVER=%d, DMLC_NUM_WORKER=%d)",
-			p.cfg.Role, p.schedulerAddr(), waited, p.cfg.VanType, mismatchHint, p.cfg.NumServers, p.cfg.NumWorkers),
-			"waiting_for", "scheduler", "scheduler", p.schedulerAddr(), "van", p.cfg.VanType, "waited", waited)
+			p.cfg.Role, p.schedulerAddr(), waited, p.van, mismatchHint, p.cfg.NumServers, p.cfg.NumWorkers),
+			"waiting_for", "scheduler", "scheduler", p.schedulerAddr(), "van", p.van, "waited", waited)
 		return
 	}
 	servers, workers := -1, -1
@@ -87,8 +87,8 @@ func (p *Postoffice) reportWaiting(waited time.Duration) {
 		"usual causes: the missing nodes are not started, their DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT point elsewhere, "+
 		"their DMLC_PS_VAN_TYPE differs from this scheduler's %s (%s), "+
 		"or DMLC_NUM_SERVER/DMLC_NUM_WORKER are larger than the nodes started",
-		p.schedulerAddr(), waited, servers, p.cfg.NumServers, workers, p.cfg.NumWorkers, p.cfg.VanType, mismatchHint),
-		"waiting_for", "nodes", "servers", servers, "workers", workers, "van", p.cfg.VanType, "waited", waited)
+		p.schedulerAddr(), waited, servers, p.cfg.NumServers, workers, p.cfg.NumWorkers, p.van, mismatchHint),
+		"waiting_for", "nodes", "servers", servers, "workers", workers, "van", p.van, "waited", waited)
 }
 
 // announceComplete logs, on the scheduler and on servers, that every node
@@ -103,7 +103,7 @@ func (p *Postoffice) announceComplete() {
 		if p.cfg.Standby {
 			msg = "standby server ready: joined the running job"
 		}
-		p.log.Info(msg, "rank", message.IDToRank(int(me.ID)), "id", me.ID, "addr", addrOf(me), "van", p.cfg.VanType,
+		p.log.Info(msg, "rank", message.IDToRank(int(me.ID)), "id", me.ID, "addr", addrOf(me), "van", p.van,
 			"servers", p.cfg.NumServers, "workers", p.cfg.NumWorkers)
 	}
 }

@@ -49,6 +49,19 @@ const Kinds = "zmq, tcp, shm, samehost, ibverbs, fabric or mem"
 // Every van gets opts (see van.Options for which van reads what); only
 // zmq accepts a Wire other than dmlc.
 func Open(kind string, opts van.Options) (van.Transport, error) {
+	return OpenEnv(kind, nil, opts)
+}
+
+// OpenEnv is Open with the vans' own variables (PS_SHM_AUTO,
+// BYTEPS_ENABLE_IPC, PS_SHM_SPIN_US, BYTEPS_RDMA_*, ...) read from env
+// instead of the process environment: a C++ program's setenv or
+// Environment::Init map reaches a bridge node only through its env, as
+// the Go runtime keeps its own copy of the environment. nil env:
+// os.LookupEnv.
+func OpenEnv(kind string, env func(string) (string, bool), opts van.Options) (van.Transport, error) {
+	if env == nil {
+		env = os.LookupEnv
+	}
 	if opts.Wire != message.WireDmlc && kind != "" && kind != "zmq" {
 		return nil, fmt.Errorf("anyvan: %s=%s needs the zmq van (DMLC_PS_VAN_TYPE=zmq), the one that speaks C++ ps-lite's wire; the %s van speaks only the dmlc wire",
 			message.WireEnv, opts.Wire, kind)
@@ -56,27 +69,26 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 	if opts.Encryption != nil && kind != "" && kind != "zmq" && kind != "tcp" {
 		return nil, fmt.Errorf("anyvan: PS_ENCRYPT=on needs DMLC_PS_VAN_TYPE=zmq (CURVE) or tcp (TLS); the %s van has no encryption", kind)
 	}
+	kind, err := Kind(kind, env)
+	if err != nil {
+		return nil, err
+	}
 	switch kind {
-	case "", "zmq":
+	case "zmq":
 		return ok(zmq.New(zmq.Config{Options: opts}))
 	case "tcp":
-		if auto, err := samehost.Enabled(os.LookupEnv); err != nil {
-			return nil, err
-		} else if auto {
-			return openSameHost(opts)
-		}
 		return ok(tcp.New(tcp.Config{Options: opts}))
 	case "samehost":
-		return openSameHost(opts)
+		return openSameHost(env, opts)
 	case "shm":
-		cfg, err := shm.ConfigFromEnv(os.LookupEnv)
+		cfg, err := shm.ConfigFromEnv(env)
 		if err != nil {
 			return nil, err
 		}
 		cfg.Options = opts
 		return ok(shm.New(cfg))
 	case "ibverbs", "fabric":
-		cfg, err := rdma.ConfigFromEnv(rdma.Backend(kind), os.LookupEnv)
+		cfg, err := rdma.ConfigFromEnv(rdma.Backend(kind), env)
 		if err != nil {
 			return nil, err
 		}
@@ -88,8 +100,24 @@ func Open(kind string, opts van.Options) (van.Transport, error) {
 	return nil, fmt.Errorf("anyvan: unknown van %q: use %s", kind, Kinds)
 }
 
-func openSameHost(opts van.Options) (van.Transport, error) {
-	cfg, err := shm.ConfigFromEnv(os.LookupEnv)
+// Kind is the van OpenEnv(kind, env, ...) opens: kind, "zmq" for "", or
+// "samehost" for "tcp" with PS_SHM_AUTO=1 or BYTEPS_ENABLE_IPC=1 in env.
+func Kind(kind string, env func(string) (string, bool)) (string, error) {
+	switch kind {
+	case "":
+		return "zmq", nil
+	case "tcp":
+		if auto, err := samehost.Enabled(env); err != nil {
+			return "", err
+		} else if auto {
+			return "samehost", nil
+		}
+	}
+	return kind, nil
+}
+
+func openSameHost(env func(string) (string, bool), opts van.Options) (van.Transport, error) {
+	cfg, err := shm.ConfigFromEnv(env)
 	if err != nil {
 		return nil, err
 	}
