@@ -111,6 +111,29 @@ for m in 1x1 2x2; do
   run "test_recv_buffer-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_recv_buffer
 done
 
+# The fork's IPC benchmark (test_ipc_style): workers push from and pull
+# into POSIX shared-memory segments of their own; the program setenv()s
+# BYTEPS_ENABLE_IPC=1 before StartPS, which over the TCP van makes every
+# node use van/samehost (shm to this host's peers); with
+# BYTEPS_ENABLE_IPC=0 they stay on tcp. The servers' logs say which.
+# ipc_van_check VAN LOG
+ipc_van_check() {
+  local want=$1 log=$2
+  if ! grep -Eq '^\[server 0( rank [0-9]+)?\].*server up.* van='"$want"'( |$)' "$log"; then
+    echo "server 0 did not come up on the $want van"
+    return 1
+  fi
+}
+if [ -z "${COMPAT_ENV:-}" ]; then
+  for m in 1x2 2x2; do
+    LOG_CHECK="ipc_van_check samehost" run "test_ipc_style-${m}" "${m%x*}" "${m#*x}" --env DMLC_PS_VAN_TYPE=tcp --env PS_VERBOSE=1 -- ./$BIN_DIR/test_ipc_style
+  done
+  LOG_CHECK="ipc_van_check tcp" run "test_ipc_style-2x2-BYTEPS_ENABLE_IPC=0" 2 2 --env DMLC_PS_VAN_TYPE=tcp --env BYTEPS_ENABLE_IPC=0 --env PS_VERBOSE=1 -- ./$BIN_DIR/test_ipc_style
+fi
+# On the default van (zmq) IPC does not apply, as in the fork (whose IPC
+# is part of its RDMA van).
+run "test_ipc_style-2x2-zmq" 2 2 -- ./$BIN_DIR/test_ipc_style
+
 # ps::Customer with a raw receive handle, and Van::Send.
 for m in 1x1 2x2 3x2; do
   run "test_customer-${m}" "${m%x*}" "${m#*x}" -- ./$BIN_DIR/test_customer
