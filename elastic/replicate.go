@@ -47,6 +47,9 @@ type replication struct {
 	dupes     atomic.Int64 // duplicate pushes acknowledged without applying them
 	// received as a backup: forwarded pushes and round states (MsgShip)
 	forwardsIn, shipsIn atomic.Int64
+	// forwarded pushes refused because this server's table does not name
+	// it a backup of their keys (answered forwardNotBackup)
+	forwardsNotBackup atomic.Int64
 }
 
 type applying struct{ lo, hi uint64 }
@@ -132,7 +135,7 @@ func (e *serverAgent) replicate(m *message.Message, lo, hi uint64, push bool) (h
 		body := encodeForward(m)
 		for _, b := range to {
 			f.waits = append(f.waits, b)
-			if err := e.node.link.Go(b, MsgReplicate, body, func(_ []byte, err error) { e.forwardDone(f, b, err) }); err != nil {
+			if err := e.node.link.Go(b, MsgReplicate, body, func(ans []byte, err error) { e.forwardDone(f, b, ans, err) }); err != nil {
 				e.po.Logger().Error("elastic: push not forwarded to a backup; it waits until the backup leaves the routing table", "backup", b, "err", err)
 			}
 		}
@@ -168,9 +171,16 @@ func (e *serverAgent) backupsOf(lo, hi uint64) []int32 {
 	return out
 }
 
-// forwardDone records a backup's answer to a forwarded push.
-func (e *serverAgent) forwardDone(f *forwarded, b int32, err error) {
+// forwardDone records a backup's answer to a forwarded push. A server
+// whose (newer) table no longer names it a backup of the push's keys
+// answers forwardNotBackup: the push does not wait for it, and does not
+// fail, as the table that dropped it reaches this server too.
+func (e *serverAgent) forwardDone(f *forwarded, b int32, ans []byte, err error) {
 	e.mu.Lock()
+	if err == nil && len(ans) == 1 && ans[0] == forwardNotBackup {
+		e.po.Logger().Warn("elastic: a forwarded push was refused by a server whose routing table no longer names it a backup of the push's keys; not waiting for it",
+			"server", b, "keys", fmt.Sprintf("[%d, %d]", f.lo, f.hi), "epoch", e.routes.Epoch)
+	}
 	if err != nil && f.failed == nil {
 		// Not applied here either: the worker gets the error rather than
 		// an acknowledgement the backup cannot back.
@@ -338,18 +348,31 @@ func decodeForward(b []byte) (forwardedPush, error) {
 // died: a failover promoted another, perhaps this server) is refused: its
 // worker re-sends it to the new primary, which forwards it to the new
 // backups.
-func (e *serverAgent) applyForwarded(from int32, body []byte) error {
+//
+// A push whose keys this server's table does not name it a backup of (a
+// primary with an older table forwards to a backup the scheduler since
+// replaced) is not applied either: applying it could change keys this
+// server is no backup of, or the primary of. It is answered
+// forwardNotBackup, not an error, so that the push goes on without this
+// server.
+func (e *serverAgent) applyForwarded(from int32, body []byte) ([]byte, error) {
 	e.rep.forwardsIn.Add(1)
 	p, err := decodeForward(body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keys := p.req.Data.Keys
 	first := keys[0]
 	e.mu.Lock()
 	if i := e.routes.Find(first); i >= 0 && !primaryOrLeaving(&e.routes.Intervals[i], from) && !e.rep.seededBy(from, first) {
 		e.mu.Unlock()
-		return fmt.Errorf("routing epoch %d names node %d, not %d, as the primary of key %d: a forwarded push from %d is refused", e.routes.Epoch, e.routes.Intervals[i].Node, from, first, from)
+		return nil, fmt.Errorf("routing epoch %d names node %d, not %d, as the primary of key %d: a forwarded push from %d is refused", e.routes.Epoch, e.routes.Intervals[i].Node, from, first, from)
+	}
+	if why := e.notBackupOf(from, first, keys[len(keys)-1]); why != "" {
+		e.mu.Unlock()
+		e.rep.forwardsNotBackup.Add(1)
+		e.po.Logger().Warn("elastic: a forwarded push is refused: "+why, "primary", from, "worker", p.worker, "timestamp", p.ts)
+		return []byte{forwardNotBackup}, nil
 	}
 	dup := e.rep.seen.Applied(p.worker, first, p.ts)
 	var ap *applying
@@ -362,7 +385,7 @@ func (e *serverAgent) applyForwarded(from int32, body []byte) error {
 	}
 	e.mu.Unlock()
 	if dup {
-		return nil
+		return nil, nil
 	}
 	_, err = e.s.HandleLocal(p.req, localTimeout)
 	e.mu.Lock()
@@ -373,14 +396,43 @@ func (e *serverAgent) applyForwarded(from int32, body []byte) error {
 		// round of every worker's, as MXNet's dist_sync server merges)
 		// never answers here: the next forwarded push waits behind this
 		// one. Say so, as the timeout alone does not.
-		return fmt.Errorf("the handler did not apply a forwarded push: %w (a backup applies forwarded pushes one at a time, so a handler that answers a push only once other pushes arrived cannot be replicated: answer each push once applied and keep the round in the state, as paramstore's RoundSize does)", err)
+		return nil, fmt.Errorf("the handler did not apply a forwarded push: %w (a backup applies forwarded pushes one at a time, so a handler that answers a push only once other pushes arrived cannot be replicated: answer each push once applied and keep the round in the state, as paramstore's RoundSize does)", err)
 	}
 	if e.sync != nil {
 		// Promoted, this server goes on with the push's clock (SSP's and
 		// Fluent's staleness counts).
 		e.sync.Observe(p.worker>>8, p.worker&0xff, keys, p.iter)
 	}
-	return nil
+	return nil, nil
+}
+
+// forwardNotBackup is a backup's answer to a forwarded push it did not
+// apply because its table does not name it a backup of the push's keys.
+const forwardNotBackup = 1
+
+// notBackupOf says why this server must not apply a push of keys [lo, hi]
+// forwarded by from, or returns "": every interval holding them must name
+// this server a backup (or from the server a move takes it from, which
+// forwards to the backups it had), unless from seeded them here with a
+// newer table. The caller holds mu.
+func (e *serverAgent) notBackupOf(from int32, lo, hi uint64) string {
+	r, me := e.routes, e.me()
+	i := r.Find(lo)
+	if i < 0 {
+		if e.rep.seededBy(from, lo) {
+			return ""
+		}
+		return fmt.Sprintf("key %d is in no interval of routing epoch %d", lo, r.Epoch)
+	}
+	for ; i < len(r.Intervals) && r.Intervals[i].Begin <= hi; i++ {
+		iv := &r.Intervals[i]
+		if e.rep.seededBy(from, max(iv.Begin, lo)) || iv.Prev == from || (iv.Node == from && iv.HasBackup(me)) {
+			continue
+		}
+		return fmt.Sprintf("routing epoch %d has keys [%d, %d) on primary %d with backups %v, not on primary %d with this server (node %d) as a backup",
+			r.Epoch, iv.Begin, iv.End, iv.Node, iv.Backups, from, me)
+	}
+	return ""
 }
 
 // replicaRoutes updates replication for a new table r, with mu held (old

@@ -328,6 +328,15 @@ func (n *Node) ReplicationReceived() (pushes, states int64) {
 	return 0, 0
 }
 
+// ForwardsNotBackup counts the forwarded pushes the node's server refused
+// because its routing table does not name it a backup of their keys.
+func (n *Node) ForwardsNotBackup() int64 {
+	if a := n.server.Load(); a != nil && a.rep != nil {
+		return a.rep.forwardsNotBackup.Load()
+	}
+	return 0
+}
+
 // MarshalSeed is a MsgSeed's body for state, a Migrator's export of mv's
 // keys with no applied-push record: the coordinator installs a moved
 // interval on its new backups with it before the new owner serves it.

@@ -112,7 +112,7 @@ func (e *serverAgent) handle(from int32, head int32, body []byte) ([]byte, error
 			return nil, fmt.Errorf("elastic message %s to a server without PS_REPLICAS", MessageName(head))
 		}
 		if head == MsgReplicate {
-			return nil, e.applyForwarded(from, body)
+			return e.applyForwarded(from, body)
 		}
 		if head == MsgShip {
 			return nil, e.installShip(from, body)
