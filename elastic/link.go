@@ -40,6 +40,10 @@ func NewLink(po *postoffice.Postoffice) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Moved ranges, seeds, forwarded pushes and round states are bodies
+	// of any size; in the meta, one over PS_MAX_META_BYTES would be
+	// refused and its caller left waiting.
+	app.SetBodyInData(true)
 	l := &Link{app: app, po: po, metrics: m, waiters: map[int32]func(kv.SimpleData){}}
 	app.SetResponseHandler(func(d kv.SimpleData, _ *kv.SimpleApp) {
 		l.mu.Lock()

@@ -34,6 +34,25 @@ type SimpleApp struct {
 	owned    bool // Close closes c (false when embedded in a Worker/Server)
 	request  atomic.Pointer[SimpleHandler]
 	response atomic.Pointer[SimpleHandler]
+	// bodyInData: bodies travel as a data frame (SetBodyInData)
+	bodyInData atomic.Bool
+}
+
+// SetBodyInData makes the app send request and response bodies as one
+// data frame instead of in the meta, so that they are bounded by
+// PS_MAX_MESSAGE_BYTES rather than PS_MAX_META_BYTES (1 MiB by default):
+// for apps whose bodies carry parameter state (elastic moves, replicas).
+// Only for apps whose peers are all elasticps nodes: C++ ps-lite reads a
+// SimpleApp body from the meta. Every SimpleApp accepts either form.
+func (a *SimpleApp) SetBodyInData(on bool) { a.bodyInData.Store(on) }
+
+// setBody puts body into m as SetBodyInData says.
+func (a *SimpleApp) setBody(m *message.Message, body []byte) {
+	if a.bodyInData.Load() && len(body) > 0 {
+		m.AddData(message.Char, body)
+		return
+	}
+	m.Meta.Body = body
 }
 
 // NewSimpleApp registers a SimpleApp as customer (appID, customerID) of po.
@@ -113,7 +132,7 @@ func (a *SimpleApp) Request(head int32, body []byte, group int) (int32, error) {
 	for _, id := range ids {
 		m := &message.Message{Meta: message.NewMeta()}
 		m.Meta.Head = head
-		m.Meta.Body = body
+		a.setBody(m, body)
 		m.Meta.Timestamp = ts
 		m.Meta.Request = true
 		m.Meta.SimpleApp = true
@@ -149,7 +168,7 @@ func localResponse(req *message.Message, from int32) *message.Message {
 func (a *SimpleApp) Response(req SimpleData, body []byte) error {
 	m := &message.Message{Meta: message.NewMeta()}
 	m.Meta.Head = req.Head
-	m.Meta.Body = body
+	a.setBody(m, body)
 	m.Meta.Timestamp = req.Timestamp
 	m.Meta.Request = false
 	m.Meta.SimpleApp = true
@@ -180,9 +199,13 @@ func (a *SimpleApp) process(m *message.Message, localErr error) bool {
 		a.c.fail(m.Meta.Timestamp, localErr)
 		return true
 	}
+	body := m.Meta.Body
+	if len(body) == 0 && len(m.Data) == 1 {
+		body = m.Data[0] // SetBodyInData's form; the message is detached
+	}
 	d := SimpleData{
 		Head:       m.Meta.Head,
-		Body:       m.Meta.Body,
+		Body:       body,
 		Sender:     m.Meta.Sender,
 		Timestamp:  m.Meta.Timestamp,
 		CustomerID: m.Meta.CustomerID,
