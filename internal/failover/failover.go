@@ -346,7 +346,7 @@ func measureThroughput(ctx context.Context, exe string, o Config, k, size int) (
 	defer j.stop()
 	l, err := j.line(ctx, rateTag, o.Duration+time.Minute)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w; the nodes' logs are in %s", err, j.saveLogs())
 	}
 	var r rate
 	if err := json.Unmarshal([]byte(l), &r); err != nil || r.ElapsedNS <= 0 {
