@@ -144,3 +144,32 @@ func (j *schedRestartJob) pushOn(t *testing.T, when string) {
 			func() string { return w.name + " does not push " + when + ":\n" + w.output() })
 	}
 }
+
+// The scheduler dies while it publishes a move's last table: the servers
+// have it, the workers still hold the move's cut-over table. Restarted,
+// it takes the newest table (the servers') over from the running job and
+// sends it to the workers, which re-registered with the older one. The
+// keys stay on the new owner, the workers push on, their sums are exact
+// and every process exits 0; also with PS_REPLICAS=1 (3 servers).
+func TestMoveCommitThatReachedOnlyTheServers(t *testing.T) {
+	for _, replicas := range []bool{false, true} {
+		name, servers, extra := "unreplicated", 2, []string(nil)
+		if replicas {
+			name, servers, extra = "replicated", 3, []string{"PS_REPLICAS=1"}
+		}
+		t.Run(name, func(t *testing.T) {
+			j := startHaltedMove(t, "commit", servers, extra...)
+			kill9(t, j.sched)
+			time.Sleep(2 * time.Second)
+			j.sched = j.add(start(t, "scheduler-restarted", j.env("DMLC_ROLE=scheduler", "ELASTICPS_TEST_MOVE_HALT="), elasticpsBin, "scheduler"))
+			j.sched.waitFor(t, "coord: routing table taken over from the running job")
+			assert.Contains(t, lastLine(j.sched.output(), "coord: routing table taken over"), "[0,1000)->10", "the servers' table, the move's last")
+			assert.Contains(t, j.sched.output(), "re-registered holding routing epoch", "a worker re-registered with the move's earlier table")
+			status := j.ctl("status")
+			require.Regexp(t, regexp.MustCompile(`(?m)^0\s+\d+\s+10\s*$`), status, "keys [0, 1000) should be on server 10, moving no more:\n%s", status)
+			j.pushOn(t, "after the restart")
+			j.finish(t)
+			assert.NotContains(t, j.sched.output(), "are lost")
+		})
+	}
+}

@@ -275,7 +275,7 @@ func (c *Coordinator) Move(begin, end uint64, to int32) (Result, error) {
 	}
 	c.halt(PhaseImport, mv)
 	r2.Coalesce()
-	if err := c.publish(r2); err != nil {
+	if err := c.publishWaves(r2, func() { c.halt(PhaseCommit, mv) }); err != nil {
 		return c.finish(res, err)
 	}
 	return c.finish(res, nil)
@@ -445,6 +445,12 @@ func (c *Coordinator) rollback(r1 *routing.Routes, mv elastic.Move, haveExport b
 // routed by a newer table than its own holds it until that table arrives,
 // so the order only spares such waits.
 func (c *Coordinator) publish(r *routing.Routes, first ...int32) error {
+	return c.publishWaves(r, nil, first...)
+}
+
+// publishWaves is publish, calling afterServers (when not nil) once the
+// servers have the table and before the workers are sent it.
+func (c *Coordinator) publishWaves(r *routing.Routes, afterServers func(), first ...int32) error {
 	c.update(r)
 	c.link.Metrics().RoutingEpoch.Set(float64(r.Epoch))
 	body := r.Marshal()
@@ -457,7 +463,10 @@ func (c *Coordinator) publish(r *routing.Routes, first ...int32) error {
 	sent := slices.Clone(first)
 	// Dead nodes are skipped: a failover's table must not wait for the
 	// server that died.
-	for _, wave := range [][]int32{c.live(c.Servers()), c.live(c.po.Members(message.WorkerGroup))} {
+	for w, wave := range [][]int32{c.live(c.Servers()), c.live(c.po.Members(message.WorkerGroup))} {
+		if w == 1 && afterServers != nil {
+			afterServers()
+		}
 		var ids []int32
 		for _, id := range wave {
 			if !slices.Contains(sent, id) {

@@ -35,6 +35,7 @@ const (
 	PhaseRoutes  = "routes"  // the move's first table went out
 	PhaseExport  = "export"  // the old owner's export arrived
 	PhaseImport  = "import"  // the new owner installed the keys
+	PhaseCommit  = "commit"  // the servers have the move's last table, the workers not yet
 )
 
 // halt stops the move for good after phase when the coordinator was told

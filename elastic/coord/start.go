@@ -27,10 +27,10 @@ func StartBalancer(ctx context.Context, po *postoffice.Postoffice, env postoffic
 	}
 	if c.haltAfter, _ = env("ELASTICPS_TEST_MOVE_HALT"); c.haltAfter != "" {
 		switch c.haltAfter {
-		case PhasePrepare, PhaseRoutes, PhaseExport, PhaseImport:
+		case PhasePrepare, PhaseRoutes, PhaseExport, PhaseImport, PhaseCommit:
 		default:
-			return nil, fmt.Errorf("ELASTICPS_TEST_MOVE_HALT=%q: expected %s, %s, %s or %s (the phase of a move after which a test's scheduler stops)",
-				c.haltAfter, PhasePrepare, PhaseRoutes, PhaseExport, PhaseImport)
+			return nil, fmt.Errorf("ELASTICPS_TEST_MOVE_HALT=%q: expected %s, %s, %s, %s or %s (the phase of a move after which a test's scheduler stops)",
+				c.haltAfter, PhasePrepare, PhaseRoutes, PhaseExport, PhaseImport, PhaseCommit)
 		}
 	}
 	bal, err := NewBalancer(c, rebalance.DefaultConfig(), time.Duration(ms)*time.Millisecond)
