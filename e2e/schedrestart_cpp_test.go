@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/elasticps/elasticps/internal/porttest"
+	"github.com/elasticps/elasticps/internal/testutil"
+)
+
+// kill -9 of the scheduler of a job of C++ servers (KVServerDefaultHandle)
+// and C++ workers through the bridge (compat_tests' test_replicated,
+// without replicas), restarted 2 s later with the same environment: the
+// C++ nodes re-register with it, the workers push on all along, the final
+// barrier works, the sums are exact and every process exits 0.
+func TestSchedulerKilledAndRestartedCpp(t *testing.T) {
+	prog := compatProgram(t, "test_replicated")
+	port := porttest.Free(t)
+	signal := filepath.Join(t.TempDir(), "done")
+	env := func(extra ...string) []string {
+		return append([]string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
+			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
+			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1",
+			"REPL_SERVER=default", "REPL_SIGNAL=" + signal}, extra...)
+	}
+	var all []*proc
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range all {
+				t.Logf("%s:\n%s", p.name, p.output())
+			}
+		}
+	})
+	add := func(p *proc) *proc { all = append(all, p); return p }
+	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	var servers, workers []*proc
+	for i := range 2 {
+		servers = append(servers, add(start(t, fmt.Sprintf("server%d", i), env("DMLC_ROLE=server"), prog)))
+	}
+	for i := range 2 {
+		workers = append(workers, add(start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker"), prog)))
+	}
+	for _, w := range workers {
+		w.waitFor(t, "pushed 100 rounds")
+	}
+
+	kill9(t, sched)
+	pushed := make([]int, len(workers))
+	for i, w := range workers {
+		pushed[i] = strings.Count(w.output(), " rounds\n")
+	}
+	time.Sleep(2 * time.Second)
+	for i, w := range workers {
+		assert.Greater(t, strings.Count(w.output(), " rounds\n"), pushed[i], "%s pushed on while the scheduler was down", w.name)
+	}
+	sched = add(start(t, "scheduler-restarted", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	sched.waitFor(t, "restarted into a running job")
+	for _, w := range workers {
+		n := strings.Count(w.output(), " rounds\n")
+		testutil.WaitFor(t, 30*time.Second, func() bool { return strings.Count(w.output(), " rounds\n") > n+1 },
+			func() string { return w.name + " stopped pushing after the restart" })
+	}
+	require.NoError(t, os.WriteFile(signal, nil, 0o644))
+	for _, w := range workers {
+		w.waitFor(t, "exact sums")
+	}
+	for _, p := range append(append([]*proc{sched}, servers...), workers...) {
+		assert.Zero(t, p.exitCode(t), "%s exited non-zero:\n%s", p.name, p.output())
+		assert.NotContains(t, p.output(), "COMPAT FAIL", p.name)
+		assert.NotContains(t, p.output(), "lost nodes", p.name)
+	}
+}
