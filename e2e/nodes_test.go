@@ -190,6 +190,9 @@ func twoCustomers(po *postoffice.Postoffice) error {
 					return err
 				}
 				keys := []uint64{uint64(10 + cid)}
+				if signal := os.Getenv("E2E_SIGNAL_FILE"); signal != "" {
+					return pushUntil(po, w, cid, keys, signal)
+				}
 				ts, err := kv.Push(w, keys, []float32{float32(cid + 1)}, nil, kv.Options{})
 				if err == nil {
 					err = w.Wait(ts)
@@ -219,6 +222,51 @@ func twoCustomers(po *postoffice.Postoffice) error {
 		}
 	}
 	return po.Finalize(0, false)
+}
+
+// pushUntil is customer cid of a two-customer worker process with
+// E2E_SIGNAL_FILE set: it pushes cid+1 to keys until the signal file
+// appears (the test restarts the scheduler meanwhile), then, after a
+// barrier of both customers, checks that the pulled sum is exact and
+// meets the job's last barrier.
+func pushUntil(po *postoffice.Postoffice, w *kv.Worker, cid int, keys []uint64, signal string) error {
+	rounds := 0
+	last := time.Now()
+	for deadline := time.Now().Add(60 * time.Second); ; rounds++ {
+		if _, err := os.Stat(signal); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no signal within 60s")
+		}
+		ts, err := kv.Push(w, keys, []float32{float32(cid + 1)}, nil, kv.Options{})
+		if err == nil {
+			err = w.Wait(ts)
+		}
+		if err != nil {
+			return fmt.Errorf("customer %d, push %d: %w", cid, rounds, err)
+		}
+		if time.Since(last) >= 50*time.Millisecond {
+			fmt.Printf("customer %d rounds=%d\n", cid, rounds)
+			last = time.Now()
+		}
+	}
+	if err := po.Barrier(cid, message.WorkerGroup); err != nil {
+		return err
+	}
+	var got []float32
+	ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
+	if err == nil {
+		err = w.Wait(ts)
+	}
+	if err != nil {
+		return err
+	}
+	if want := float32((cid + 1) * rounds); !slices.Equal(got, []float32{want}) {
+		return fmt.Errorf("customer %d pulled %v after %d rounds, want %v", cid, got, rounds, want)
+	}
+	fmt.Printf("customer %d OK after %d rounds\n", cid, rounds)
+	return po.Barrier(cid, message.AllGroup)
 }
 
 // faultWorker pushes to every server until an operation fails (the test

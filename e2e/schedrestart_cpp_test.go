@@ -77,3 +77,49 @@ func TestSchedulerKilledAndRestartedCpp(t *testing.T) {
 		assert.NotContains(t, p.output(), "lost nodes", p.name)
 	}
 }
+
+// The same with a worker process of two customers, counted as the job's
+// two workers (ps-lite's multi-customer processes): it re-registers both
+// with the restarted scheduler, which makes the second customer's rank an
+// alias of its id again instead of declaring a worker dead; both push on,
+// pass the final barriers and pull exact sums, and every process exits 0.
+func TestSchedulerKilledAndRestartedMultiCustomer(t *testing.T) {
+	port := porttest.Free(t)
+	signal := filepath.Join(t.TempDir(), "done")
+	env := func(extra ...string) []string {
+		return append([]string{"DMLC_NUM_SERVER=1", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
+			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
+			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1"}, extra...)
+	}
+	var all []*proc
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range all {
+				t.Logf("%s:\n%s", p.name, p.output())
+			}
+		}
+	})
+	add := func(p *proc) *proc { all = append(all, p); return p }
+	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	server := add(start(t, "server", env("DMLC_ROLE=server"), elasticpsBin, "server"))
+	worker := add(start(t, "worker", env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=two-customers", "E2E_SIGNAL_FILE="+signal), selfExe(t)))
+	worker.waitFor(t, "customer 0 rounds=")
+	worker.waitFor(t, "customer 1 rounds=")
+
+	kill9(t, sched)
+	time.Sleep(2 * time.Second)
+	sched = add(start(t, "scheduler-restarted", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	sched.waitFor(t, "rebuilt the running job")
+	assert.Contains(t, sched.output(), "shares id 9 (alias 11): another customer of its process")
+	assert.NotContains(t, sched.output(), "did not re-register")
+	n := strings.Count(worker.output(), "rounds=")
+	testutil.WaitFor(t, 30*time.Second, func() bool { return strings.Count(worker.output(), "rounds=") > n+2 },
+		func() string { return "the worker stopped pushing after the restart" })
+	require.NoError(t, os.WriteFile(signal, nil, 0o644))
+	worker.waitFor(t, "customer 0 OK after")
+	worker.waitFor(t, "customer 1 OK after")
+	for _, p := range []*proc{sched, server, worker} {
+		assert.Zero(t, p.exitCode(t), "%s exited non-zero:\n%s", p.name, p.output())
+		assert.NotContains(t, p.output(), "lost nodes", p.name)
+	}
+}

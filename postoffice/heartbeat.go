@@ -225,22 +225,29 @@ func (p *Postoffice) HeardFrom(id int32) time.Time {
 
 // rejoin sends the scheduler this node's registration with its id, rank
 // and address, and its rejoin state (SetRejoinState).
+// A process with several customers that registered (each counted as a
+// worker of the job) re-registers each, under the one id, so that the
+// restarted scheduler counts them all.
 func (p *Postoffice) rejoin() {
 	p.sched.mu.Lock()
 	state := p.sched.state
 	p.sched.mu.Unlock()
-	n := p.MyNode()
-	n.CustomerID = 0
-	n.Standby = p.cfg.Standby
-	m := &message.Message{Meta: message.NewMeta()}
-	m.Meta.Recver = message.SchedulerID
-	m.Meta.Control.Cmd = message.CmdAddNode
-	m.Meta.Control.Nodes = []message.Node{n}
+	var body []byte
 	if state != nil {
-		m.Meta.Body = state()
+		body = state()
 	}
-	if err := p.sendControl(m); err != nil && !errors.Is(err, ErrStopped) {
-		p.vlog(1, "re-registration not sent", "err", err)
+	for _, c := range p.registeredCustomers() {
+		n := p.MyNode()
+		n.CustomerID = c
+		n.Standby = p.cfg.Standby
+		m := &message.Message{Meta: message.NewMeta()}
+		m.Meta.Recver = message.SchedulerID
+		m.Meta.Control.Cmd = message.CmdAddNode
+		m.Meta.Control.Nodes = []message.Node{n}
+		m.Meta.Body = body
+		if err := p.sendControl(m); err != nil && !errors.Is(err, ErrStopped) {
+			p.vlog(1, "re-registration not sent", "err", err)
+		}
 	}
 }
 

@@ -35,6 +35,8 @@ type Postoffice struct {
 	cfg Config
 	log *slog.Logger
 	tr  van.Transport
+	// registered: the customers that sent ADD_NODE (Start), under mu
+	registered []int32
 	// van names the transport in the node's logs: cfg.VanType, or
 	// "samehost" where PS_SHM_AUTO / BYTEPS_ENABLE_IPC turned tcp into it.
 	van string

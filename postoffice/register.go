@@ -2,6 +2,7 @@ package postoffice
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/elasticps/elasticps/message"
 )
@@ -20,6 +21,11 @@ func (p *Postoffice) connectScheduler() error {
 
 // register sends customer customerID's ADD_NODE to the scheduler.
 func (p *Postoffice) register(customerID int) error {
+	p.mu.Lock()
+	if !slices.Contains(p.registered, int32(customerID)) {
+		p.registered = append(p.registered, int32(customerID))
+	}
+	p.mu.Unlock()
 	n := p.MyNode()
 	n.ID = message.Empty
 	n.CustomerID = int32(customerID)
@@ -107,4 +113,15 @@ func (p *Postoffice) nodeAddNode(m *message.Message) {
 	p.shareHostCPUs(me, m.Meta.Control.Nodes)
 	p.vlog(1, "node is connected to others", "node", me.String())
 	p.markReady()
+}
+
+// registeredCustomers are the customers this node registered (Start), in
+// order; [0] before any did.
+func (p *Postoffice) registeredCustomers() []int32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.registered) == 0 {
+		return []int32{0}
+	}
+	return slices.Clone(p.registered)
 }

@@ -71,6 +71,11 @@ type rebuild struct {
 	start    time.Time
 	nodes    map[int32]Rejoined
 	deferred []message.Node // registrations without an id, handled once rebuilt
+	// customers that re-registered, per node: a process with several
+	// customers (each counted as a worker of the job) re-registers each
+	// under its one id; the others get the ids no one re-registered, as
+	// aliases (ps-lite's shared_node_mapping_)
+	customers map[int32]map[int32]bool
 }
 
 func (s *State) rebuildWait() time.Duration {
@@ -100,7 +105,7 @@ func (s *State) Rejoin(now time.Time, node message.Node, state []byte) Actions {
 		return a
 	}
 	if s.rebuild == nil {
-		s.rebuild = &rebuild{start: now, nodes: map[int32]Rejoined{}}
+		s.rebuild = &rebuild{start: now, nodes: map[int32]Rejoined{}, customers: map[int32]map[int32]bool{}}
 		// Registrations without an id that came first are new processes
 		// (a restarted server, a standby): they wait for the rebuilt job.
 		s.rebuild.deferred = append(append(s.rebuild.deferred, s.pending...), s.early...)
@@ -111,11 +116,19 @@ func (s *State) Rejoin(now time.Time, node message.Node, state []byte) Actions {
 		a.Errors = append(a.Errors, fmt.Errorf("ADD_NODE from %s claims id %d, which %s already re-registered with; two processes cannot share an id", addrKey(node), node.ID, addrKey(old.Node)))
 		return a
 	}
-	s.rebuild.nodes[node.ID] = Rejoined{Node: node, State: slices.Clone(state)}
+	customer := node.CustomerID
+	node.CustomerID = 0
+	if _, again := s.rebuild.nodes[node.ID]; !again || customer == 0 {
+		s.rebuild.nodes[node.ID] = Rejoined{Node: node, State: slices.Clone(state)}
+	}
+	if s.rebuild.customers[node.ID] == nil {
+		s.rebuild.customers[node.ID] = map[int32]bool{}
+	}
+	s.rebuild.customers[node.ID][customer] = true
 	members := 0
-	for _, r := range s.rebuild.nodes {
+	for id, r := range s.rebuild.nodes {
 		if !r.Node.Standby {
-			members++
+			members += len(s.rebuild.customers[id])
 		}
 	}
 	a.Events = append(a.Events, fmt.Sprintf("re-registered %s (%d/%d)", node, members, s.cfg.NumServers+s.cfg.NumWorkers))
@@ -225,6 +238,22 @@ func (s *State) finishRebuild(now time.Time, a *Actions) {
 		s.byAddr[addrKey(n)] = n.ID
 		s.heartbeats[n.ID] = now
 		a.Connect = append(a.Connect, n)
+	}
+	// The further customers of multi-customer workers take the missing
+	// worker ids as aliases: which ids they had is not known, and does
+	// not matter (an alias is sent nothing; its rank only counts).
+	for _, n := range slices.Clone(nodes) {
+		for range len(rb.customers[n.ID]) - 1 {
+			i := slices.IndexFunc(missing, func(m message.Node) bool { return m.Role == n.Role })
+			if i < 0 {
+				break
+			}
+			alias := missing[i].ID
+			missing = slices.Delete(missing, i, i+1)
+			s.shared[alias] = n.ID
+			nodes = append(nodes, n)
+			a.Events = append(a.Events, fmt.Sprintf("node %s shares id %d (alias %d): another customer of its process", addrKey(n), n.ID, alias))
+		}
 	}
 	s.nodes = append(append(nodes, missing...), s.cfg.Self)
 	s.ready = true

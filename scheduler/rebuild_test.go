@@ -136,3 +136,31 @@ func TestRejoinKeepsStandbys(t *testing.T) {
 	require.Empty(t, j.Errors)
 	assert.Equal(t, []int32{12, 14}, s.Standbys(), "12 is taken")
 }
+
+// A worker process with two customers (counted as the job's two workers:
+// ps-lite's multi-customer processes) re-registers each under its one
+// id: the restarted scheduler counts both, is ready without waiting for
+// RebuildWait, declares no one dead, and makes the second customer's
+// rank an alias of the id again; a barrier of both customers and the
+// server releases them.
+func TestRejoinRebuildsMultiCustomerAliases(t *testing.T) {
+	s := rebuildState(1, 2)
+	w := member(message.RoleWorker, 9, 7002)
+	require.Empty(t, s.Rejoin(t0, member(message.RoleServer, 8, 7000), nil).Errors)
+	require.False(t, s.Rejoin(t0, w, nil).Ready, "one customer of the worker process")
+	again := s.Rejoin(t0, w, nil)
+	require.False(t, again.Ready, "the same customer again counts once")
+	w.CustomerID = 1
+	a := s.Rejoin(t0, w, nil)
+	require.Empty(t, a.Errors)
+	require.True(t, a.Ready, "both customers of the worker process are back")
+	assert.Empty(t, a.Gone, "no one is missing")
+	assert.True(t, s.IsAlias(11), "the second customer's rank is an alias of id 9")
+	assert.False(t, s.IsAlias(9))
+	assert.Contains(t, a.Events, "node 10.0.0.2:7002 shares id 9 (alias 11): another customer of its process")
+	var released []int
+	for _, b := range []struct{ id, customer int32 }{{9, 0}, {8, 0}, {1, 0}, {9, 1}} {
+		released = append(released, len(s.Barrier(b.id, 0, b.customer, message.AllGroup).Send))
+	}
+	assert.Equal(t, []int{0, 0, 0, 3}, released, "the barrier of all nodes waits for the second customer, then releases the worker process, the server and the scheduler")
+}
