@@ -74,6 +74,7 @@ func lastLine(s, text string) string {
 // the workers push and pull in rounds, and each round's state is shipped
 // to the backups once).
 func TestChaosReplicatedServers(t *testing.T) {
+	t.Parallel() // sleeps to seeded moments and waits for failovers, not the CPU; its own ports
 	goServers := chaosServers{
 		cmd: []string{elasticpsBin, "server"},
 		survived: func(t *testing.T, p *proc, standby bool) {

@@ -86,6 +86,7 @@ func TestKVProcessesLocalIPC(t *testing.T) {
 
 // Heartbeats on, the resend layer on, verbose logging: the same job passes.
 func TestKVProcessesHeartbeatResendVerbose(t *testing.T) {
+	t.Parallel() // waits on heartbeat and resend timers, not the CPU; its own ports
 	out := runJob(t, 2, 2, "kv", func(j *launcher.Job) {
 		j.Env = append(j.Env, "PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=5", "PS_RESEND=1", "PS_VERBOSE=2")
 	})
@@ -251,6 +252,7 @@ func kill9(t *testing.T, p *proc) {
 // operation fails with an error naming the dead server, Finalize returns
 // everywhere, and every process of the job exits non-zero.
 func TestServerKilled(t *testing.T) {
+	t.Parallel() // kills a server and waits on heartbeat timeouts, not the CPU; its own ports
 	j := faultJob(t)
 	kill9(t, j.srv1)
 	dead := fmt.Sprintf("server 10 (rank 1, 127.0.0.1:%d)", j.p1)
@@ -271,6 +273,7 @@ func TestServerKilled(t *testing.T) {
 // process's empty store. A garbage frame sent to the scheduler on the way
 // is rejected and the scheduler keeps serving.
 func TestServerKilledAndRestarted(t *testing.T) {
+	t.Parallel() // kills a server and waits on heartbeat timeouts, not the CPU; its own ports
 	signal := filepath.Join(t.TempDir(), "recovered")
 	j := faultJob(t, "E2E_SIGNAL_FILE="+signal)
 
@@ -308,6 +311,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 // the drained server leaves and exits cleanly, the standby is released at
 // the end, the worker's sums are exact and the job finishes.
 func TestElasticDrainWithCtl(t *testing.T) {
+	t.Parallel() // waits on a drain and a standby's start, not the CPU; its own ports
 	// Two ports the kernel handed out, not port and port+1: the next port
 	// up may be the local end of a connection (seen: the control API
 	// failed to bind, and the job never started).
@@ -368,6 +372,7 @@ func TestElasticDrainWithCtl(t *testing.T) {
 // worker's pushes. A standby server that joined before takes the copies
 // the dead server held.
 func TestReplicatedServerKilled(t *testing.T) {
+	t.Parallel() // kills a server and waits for the failover, not the CPU; its own ports
 	signal := filepath.Join(t.TempDir(), "killed")
 	env := replicatedEnv(porttest.Free(t))
 	j := startJob(t, jobSpec{env: env, servers: 3, workers: 2, node: "replicated", signal: signal, pushing: "replicated worker pushing"})

@@ -53,6 +53,7 @@ func (j *schedRestartJob) restartScheduler(t *testing.T) string {
 // dead server (requests for them fail instead of being answered empty)
 // and reported lost, naming the range, and the job exits non-zero.
 func TestInterruptedMoveResolvedAfterRestart(t *testing.T) {
+	t.Parallel() // kills the scheduler and waits 2 s and on heartbeats, not the CPU; its own ports
 	for _, tc := range []struct {
 		phase, oldOwner, outcome string
 		owner                    string // server of [0, 1000) afterwards
@@ -68,6 +69,7 @@ func TestInterruptedMoveResolvedAfterRestart(t *testing.T) {
 			name, servers, extra = tc.phase+"-replicated", 3, []string{"PS_REPLICAS=1"}
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel() // a job of its own that waits 2 s and on heartbeats
 			j := startHaltedMove(t, tc.phase, servers, extra...)
 			resolved := j.restartScheduler(t)
 			assert.Contains(t, resolved, "old_owner="+tc.oldOwner, resolved)
@@ -97,6 +99,7 @@ func TestInterruptedMoveResolvedAfterRestart(t *testing.T) {
 		victim      int32
 	}{{"lost-old-owner", "export", 8}, {"lost-new-owner", "import", 10}} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a job of its own that waits 2 s and on heartbeats
 			j := startHaltedMove(t, tc.phase, 2)
 			victim := j.serverWithID(t, tc.victim)
 			other := j.servers[0]

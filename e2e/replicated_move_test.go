@@ -26,6 +26,7 @@ import (
 // is acknowledged, the pulled values are the exact sums of the
 // acknowledged pushes, and every process left exits 0.
 func TestReplicatedMoveAndDrainThenKill(t *testing.T) {
+	t.Parallel() // waits on moves, a drain and a failover, not the CPU; its own ports
 	port, ctlPort := porttest.Free(t), porttest.Free(t)
 	for ctlPort == port {
 		ctlPort = porttest.Free(t)

@@ -35,6 +35,7 @@ func envInt(t *testing.T, name string, def int) int {
 //	ELASTICPS_RESEND_JOBS=100 ELASTICPS_RESEND_DROP=5 ELASTICPS_RESEND_TIMEOUT_MS=1000 \
 //	  go test ./e2e -run TestResendUnderLossProcesses -count=1 -timeout 2h -v
 func TestResendUnderLossProcesses(t *testing.T) {
+	t.Parallel() // waits on resend timers, not the CPU; its own ports (reads, never sets, the environment)
 	jobs := envInt(t, "ELASTICPS_RESEND_JOBS", 3)
 	drop := envInt(t, "ELASTICPS_RESEND_DROP", 10)
 	timeoutMS := envInt(t, "ELASTICPS_RESEND_TIMEOUT_MS", 100)

@@ -100,6 +100,7 @@ func (j *schedRestartJob) finish(t *testing.T) {
 // job from them; the final barrier works, the sums are exact and every
 // process exits 0.
 func TestSchedulerKilledAndRestarted(t *testing.T) {
+	t.Parallel() // kills the scheduler and waits 2 s and on heartbeats, not the CPU; its own ports
 	j := startSchedRestartJob(t, false, 2)
 	j.killAndRestartScheduler(t)
 	j.finish(t)
@@ -109,6 +110,7 @@ func TestSchedulerKilledAndRestarted(t *testing.T) {
 // routing epoch the restarted scheduler must take over from the nodes;
 // a move through the control API after the restart succeeds, on top of it.
 func TestSchedulerKilledAndRestartedElastic(t *testing.T) {
+	t.Parallel() // kills the scheduler and waits 2 s and on heartbeats, not the CPU; its own ports
 	j := startSchedRestartJob(t, true, 2)
 	require.Contains(t, j.ctl("--json", "move", "0", "1000", "10"), `"to": 10`)
 	require.Contains(t, j.ctl("status"), "routing epoch 2")
@@ -130,6 +132,7 @@ func TestSchedulerKilledAndRestartedElastic(t *testing.T) {
 // memberlist), losing nothing: the workers' sums are exact and every process
 // but the killed server exits 0.
 func TestSchedulerKilledAndRestartedReplicated(t *testing.T) {
+	t.Parallel() // kills the scheduler and waits 2 s and on heartbeats, not the CPU; its own ports
 	j := startSchedRestartJob(t, true, 3, "PS_REPLICAS=1")
 	j.sched.waitFor(t, "coord: backups placed")
 	placed := lastLine(j.sched.output(), "coord: backups placed")

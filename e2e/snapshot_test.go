@@ -77,6 +77,7 @@ func snapshotPuller(po *postoffice.Postoffice) error {
 // (one worker, which only pulls) reads the values of each server's latest
 // complete snapshot, read here with the snapshot package.
 func TestSnapshotWholeJobRestart(t *testing.T) {
+	t.Parallel() // waits on the 1 s snapshot timer, not the CPU; its own ports and directory
 	dir := t.TempDir()
 	port, p0, p1 := porttest.Free(t), porttest.Free(t), porttest.Free(t)
 	job := func(workers int, kind string) []*proc {

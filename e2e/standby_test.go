@@ -41,6 +41,7 @@ func replicatedEnv(port int) func(extra ...string) []string {
 // process; so here the lifeline's direct probes go on for their 2 s
 // maximum (1 s probe timeouts) and the heartbeats time out after 10 s.
 func TestRestartedServerRejoinsAsStandby(t *testing.T) {
+	t.Parallel() // kills and restarts a server and waits for it to rejoin, not the CPU; its own ports
 	signal := filepath.Join(t.TempDir(), "done")
 	replicated := replicatedEnv(porttest.Free(t))
 	env := func(extra ...string) []string {

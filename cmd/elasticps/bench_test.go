@@ -58,6 +58,7 @@ func TestParseBenchArgs(t *testing.T) {
 }
 
 func TestBenchFailoverHelpAndErrors(t *testing.T) {
+	t.Parallel() // processes of their own that print or fail before any job starts; no ports
 	for _, args := range [][]string{{"bench", "failover", "--help"}, {"help", "bench", "failover"}} {
 		r := elasticps(t, []string{"DMLC_ROLE=worker"}, args...)
 		assert.Equal(t, 0, r.code, "%v: %s", args, r.stderr)

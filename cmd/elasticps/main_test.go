@@ -22,7 +22,21 @@ func TestMain(m *testing.M) {
 	if os.Getenv(asMain) == "1" {
 		os.Exit(run(os.Args[1:]))
 	}
+	skipRaceExitSleep()
 	os.Exit(m.Run())
+}
+
+// skipRaceExitSleep adds atexit_sleep_ms=0 to GORACE in this process's
+// environment, for the processes the tests start (this binary again, as
+// elasticps and as a local job's nodes): a process built with -race
+// sleeps 1 s before it exits, which was most of each help or hint test's
+// time (1.1 s instead of 0.1 s). Races are detected and reported as
+// before, and the test process itself is unaffected (its runtime read
+// GORACE at start). A GORACE that sets atexit_sleep_ms is left alone.
+func skipRaceExitSleep() {
+	if g := os.Getenv("GORACE"); !strings.Contains(g, "atexit_sleep_ms") {
+		_ = os.Setenv("GORACE", strings.TrimSpace(g+" atexit_sleep_ms=0"))
+	}
 }
 
 type result struct {
@@ -30,11 +44,12 @@ type result struct {
 	code           int
 }
 
-// elasticps runs the command line args with only env (plus PATH) set.
+// elasticps runs the command line args with only env (plus PATH and
+// GORACE) set.
 func elasticps(t *testing.T, env []string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append([]string{asMain + "=1", "PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Env = append([]string{asMain + "=1", "PATH=" + os.Getenv("PATH"), "GORACE=" + os.Getenv("GORACE")}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -72,6 +87,7 @@ func TestEveryHelpPrintsUsageAndExitsZero(t *testing.T) {
 		for _, h := range []string{"-h", "--help"} {
 			args := append(append([]string(nil), tc.args...), h)
 			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				t.Parallel() // a process of its own that only prints; no ports, no shared state
 				// DMLC_ROLE set wrong on purpose: help must not look at it
 				r := elasticps(t, []string{"DMLC_ROLE=worker"}, args...)
 				assert.Equal(t, 0, r.code, "exit status; stderr:\n%s", r.stderr)
@@ -143,6 +159,7 @@ func TestHintsSayWhatToDo(t *testing.T) {
 			"elasticps: demo: flag provided but not defined: --iterations (see elasticps demo --help)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a process of its own that fails at once (ctl only dials 127.0.0.1:1, where nothing listens)
 			r := elasticps(t, tc.env, tc.args...)
 			assert.Equal(t, 1, r.code)
 			assert.Equal(t, tc.want, r.stderr)
@@ -171,6 +188,7 @@ func TestLocalSurvivesAClosedStdout(t *testing.T) {
 // A real job of elasticps nodes: each worker's lines carry the rank the
 // scheduler gave it, which the demo worker prints itself.
 func TestLocalPrefixShowsTheRank(t *testing.T) {
+	t.Parallel() // waits on a job's start-up and barriers, on ports the launcher picks
 	r := elasticps(t, []string{"ELASTICPS_DEMO_FEATURES=8", "ELASTICPS_DEMO_SAMPLES=20", "ELASTICPS_DEMO_BATCH=10",
 		"ELASTICPS_DEMO_ITERS=3", "ELASTICPS_DEMO_LR=1", "DMLC_PS_VAN_TYPE=tcp"},
 		"local", "-s", "1", "-w", "2", "--timeout", "60s", "--", os.Args[0], "demo-node")
@@ -190,6 +208,7 @@ func TestLocalPrefixShowsTheRank(t *testing.T) {
 // A node command started by hand, without its launcher's plan, says which
 // command starts it, and fails.
 func TestNodeCommandsWithoutAPlanSayWhoStartsThem(t *testing.T) {
+	t.Parallel() // processes of their own that fail at once, without a plan; no ports
 	for _, tc := range []struct {
 		args []string
 		want string
