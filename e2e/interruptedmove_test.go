@@ -155,6 +155,7 @@ func (j *schedRestartJob) pushOn(t *testing.T, when string) {
 // keys stay on the new owner, the workers push on, their sums are exact
 // and every process exits 0; also with PS_REPLICAS=1 (3 servers).
 func TestMoveCommitThatReachedOnlyTheServers(t *testing.T) {
+	t.Parallel() // waits on the restart delay and heartbeat timers, not the CPU
 	for _, replicas := range []bool{false, true} {
 		name, servers, extra := "unreplicated", 2, []string(nil)
 		if replicas {

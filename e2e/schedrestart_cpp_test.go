@@ -21,6 +21,7 @@ import (
 // C++ nodes re-register with it, the workers push on all along, the final
 // barrier works, the sums are exact and every process exits 0.
 func TestSchedulerKilledAndRestartedCpp(t *testing.T) {
+	t.Parallel() // waits on the restart delay and heartbeat timers, not the CPU
 	prog := compatProgram(t, "test_replicated")
 	port := porttest.Free(t)
 	signal := filepath.Join(t.TempDir(), "done")
@@ -84,6 +85,7 @@ func TestSchedulerKilledAndRestartedCpp(t *testing.T) {
 // alias of its id again instead of declaring a worker dead; both push on,
 // pass the final barriers and pull exact sums, and every process exits 0.
 func TestSchedulerKilledAndRestartedMultiCustomer(t *testing.T) {
+	t.Parallel() // waits on the restart delay and heartbeat timers, not the CPU
 	port := porttest.Free(t)
 	signal := filepath.Join(t.TempDir(), "done")
 	env := func(extra ...string) []string {
