@@ -31,14 +31,7 @@ type e2eJob struct {
 // logged spec.pushing.
 func startJob(t *testing.T, spec jobSpec) *e2eJob {
 	t.Helper()
-	j := &e2eJob{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range j.all {
-				t.Logf("%s:\n%s", p.name, p.output())
-			}
-		}
-	})
+	j := newE2EJob(t)
 	j.sched = j.add(start(t, "scheduler", spec.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
 	for i := range spec.servers {
 		extra := []string{"DMLC_ROLE=server"}
@@ -59,6 +52,20 @@ func startJob(t *testing.T, spec jobSpec) *e2eJob {
 			w.waitFor(t, spec.pushing)
 		}
 	}
+	return j
+}
+
+// newE2EJob returns an empty job whose processes (add) are logged if the
+// test fails.
+func newE2EJob(t *testing.T) *e2eJob {
+	j := &e2eJob{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range j.all {
+				t.Logf("%s:\n%s", p.name, p.output())
+			}
+		}
+	})
 	return j
 }
 

@@ -31,15 +31,7 @@ func TestSchedulerKilledAndRestartedCpp(t *testing.T) {
 			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1",
 			"REPL_SERVER=default", "REPL_SIGNAL=" + signal}, extra...)
 	}
-	var all []*proc
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range all {
-				t.Logf("%s:\n%s", p.name, p.output())
-			}
-		}
-	})
-	add := func(p *proc) *proc { all = append(all, p); return p }
+	add := newE2EJob(t).add
 	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
 	var servers, workers []*proc
 	for i := range 2 {
@@ -93,15 +85,7 @@ func TestSchedulerKilledAndRestartedMultiCustomer(t *testing.T) {
 			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
 			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1"}, extra...)
 	}
-	var all []*proc
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, p := range all {
-				t.Logf("%s:\n%s", p.name, p.output())
-			}
-		}
-	})
-	add := func(p *proc) *proc { all = append(all, p); return p }
+	add := newE2EJob(t).add
 	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
 	server := add(start(t, "server", env("DMLC_ROLE=server"), elasticpsBin, "server"))
 	worker := add(start(t, "worker", env("DMLC_ROLE=worker", "ELASTICPS_E2E_NODE=two-customers", "E2E_SIGNAL_FILE="+signal), selfExe(t)))
