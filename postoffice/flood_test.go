@@ -72,7 +72,7 @@ func vmRSS(t *testing.T) int64 {
 const (
 	floodMaxMessage = 8 << 20
 	floodMaxPending = 4 << 20
-	floodFor        = 12 * time.Second // per van at least: 2 × 12 s plus start-up stays near 30 s
+	floodFor        = 6 * time.Second // per van at least: many times the limits, in 2 × 6 s
 	// floodCap is how long a van's flood may go on past floodFor while
 	// its refusals are still too few (flooders slowed by a loaded
 	// machine); a flood that is still short of them then fails.
