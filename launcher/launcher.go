@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -546,30 +547,77 @@ func count(n int, thing string) string {
 	return strconv.Itoa(n) + " " + thing + "s"
 }
 
-// freePortPair asks the kernel for an unused port whose successor is
-// unused too: the scheduler's, and its control API's in an elastic job.
-// Both are released again before the scheduler binds them, so another
-// program could grab one in between; that race is accepted (it is what
-// everyone does for local test jobs) and shows up as a scheduler bind
-// error, which fails the job visibly.
+// freePortPair picks an unused port whose successor is unused too: the
+// scheduler's, and its control API's in an elastic job. Both are released
+// again before the scheduler binds them. They are taken below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range), from which the
+// other nodes of the job get their ports (they bind port 0) and
+// connections their source ports: within it, a server that started before
+// the scheduler was once given the scheduler's port. Another program may
+// still grab one in between; that shows up as a scheduler bind error,
+// which fails the job visibly.
 func freePortPair() (int, error) {
+	lo := ephemeralLow()
+	if lo > 2048 {
+		first := max(1024, lo-16384)
+		for range 64 {
+			if port := first + rand.IntN(lo-1-first); portPairFree(port) {
+				return port, nil
+			}
+		}
+	}
 	var err error
 	for range 20 {
-		var l, next net.Listener
+		var l net.Listener
 		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			break
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		if port < 65535 {
-			next, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
-		}
 		_ = l.Close()
-		if next != nil {
-			_ = next.Close()
+		if portPairFree(port) {
 			return port, nil
 		}
 	}
 	return 0, fmt.Errorf("launcher: cannot pick a free scheduler port (%v); give one with --port", err)
+}
+
+// portPairFree reports whether port and port+1 can be listened on.
+func portPairFree(port int) bool {
+	if port >= 65535 {
+		return false
+	}
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for _, p := range []int{port, port + 1} {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			return false
+		}
+		ls = append(ls, l)
+	}
+	return true
+}
+
+// ephemeralLow is the low end of the kernel's ephemeral port range, or 0
+// where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 type runner struct {

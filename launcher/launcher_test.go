@@ -488,3 +488,20 @@ func TestRunBadExtraEnvStartsNothing(t *testing.T) {
 	require.ErrorContains(t, j.Run(context.Background()), `ExtraEnv("worker", 0) entry "NOEQUALS"`)
 	assert.Empty(t, out.String(), "a process ran")
 }
+
+// TestSchedulerPortIsBelowTheEphemeralRange: the scheduler's port (and
+// its successor, the control API's) is free and outside the range the
+// kernel picks the other nodes' ports from (they bind port 0), so that a
+// node started before the scheduler cannot be given it.
+func TestSchedulerPortIsBelowTheEphemeralRange(t *testing.T) {
+	lo := ephemeralLow()
+	if lo <= 2048 {
+		t.Skipf("the ephemeral port range starts at %d (or cannot be read): no room below it", lo)
+	}
+	for range 20 {
+		port, err := freePortPair()
+		require.NoError(t, err)
+		assert.Less(t, port+1, lo, "port pair %d, %d", port, port+1)
+		assert.GreaterOrEqual(t, port, 1024)
+	}
+}
