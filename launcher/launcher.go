@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -24,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/elasticps/elasticps/internal/ports"
 )
 
 // Role names, spelled as ps-lite's DMLC_ROLE expects them.
@@ -548,76 +549,17 @@ func count(n int, thing string) string {
 }
 
 // freePortPair picks an unused port whose successor is unused too: the
-// scheduler's, and its control API's in an elastic job. Both are released
-// again before the scheduler binds them. They are taken below the
-// kernel's ephemeral range (net.ipv4.ip_local_port_range), from which the
-// other nodes of the job get their ports (they bind port 0) and
-// connections their source ports: within it, a server that started before
-// the scheduler was once given the scheduler's port. Another program may
-// still grab one in between; that shows up as a scheduler bind error,
-// which fails the job visibly.
+// scheduler's, and its control API's in an elastic job, below the
+// kernel's ephemeral range (package ports): within it, a server that
+// started before the scheduler was once given the scheduler's port by
+// bind(0). Another program may still grab one before the scheduler binds
+// it; that shows up as a scheduler bind error, which fails the job
+// visibly.
 func freePortPair() (int, error) {
-	lo := ephemeralLow()
-	if lo > 2048 {
-		first := max(1024, lo-16384)
-		for range 64 {
-			if port := first + rand.IntN(lo-1-first); portPairFree(port) {
-				return port, nil
-			}
-		}
+	if port := ports.Free(2); port != 0 {
+		return port, nil
 	}
-	var err error
-	for range 20 {
-		var l net.Listener
-		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
-			break
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if portPairFree(port) {
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("launcher: cannot pick a free scheduler port (%v); give one with --port", err)
-}
-
-// portPairFree reports whether port and port+1 can be listened on.
-func portPairFree(port int) bool {
-	if port >= 65535 {
-		return false
-	}
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	for _, p := range []int{port, port + 1} {
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			return false
-		}
-		ls = append(ls, l)
-	}
-	return true
-}
-
-// ephemeralLow is the low end of the kernel's ephemeral port range, or 0
-// where it cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 0
-	}
-	return lo
+	return 0, errors.New("launcher: cannot pick a free scheduler port on 127.0.0.1; give one with --port")
 }
 
 type runner struct {

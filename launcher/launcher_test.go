@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/elasticps/elasticps/internal/ports"
 	"github.com/elasticps/elasticps/internal/testutil"
 )
 
@@ -494,7 +495,7 @@ func TestRunBadExtraEnvStartsNothing(t *testing.T) {
 // kernel picks the other nodes' ports from (they bind port 0), so that a
 // node started before the scheduler cannot be given it.
 func TestSchedulerPortIsBelowTheEphemeralRange(t *testing.T) {
-	lo := ephemeralLow()
+	lo := ports.EphemeralLow()
 	if lo <= 2048 {
 		t.Skipf("the ephemeral port range starts at %d (or cannot be read): no room below it", lo)
 	}

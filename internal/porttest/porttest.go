@@ -4,22 +4,25 @@
 package porttest
 
 import (
-	"net"
 	"strings"
 	"testing"
+
+	"github.com/elasticps/elasticps/internal/ports"
 )
 
-// Free returns a TCP port on 127.0.0.1 that the kernel handed out a moment
-// ago. Another process may take it before the caller binds it; see
-// StartRetrying.
+// Free returns a TCP port on 127.0.0.1 that was free a moment ago, with
+// the next two free too (an elastic scheduler's control API and gossip
+// use them), below the kernel's ephemeral range (package ports): no node
+// binding port 0 and no connection's source port takes it in between,
+// also when a test binds it again after a restart. Another test picking
+// ports at random may still take it first; see StartRetrying.
 func Free(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("no free loopback port: %v", err)
+	port := ports.Free(3)
+	if port == 0 {
+		t.Fatal("no free loopback port")
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // attempts is how often StartRetrying starts a job in all.
