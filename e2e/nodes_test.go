@@ -230,6 +230,7 @@ func twoCustomers(po *postoffice.Postoffice) error {
 // barrier of both customers, checks that the pulled sum is exact and
 // meets the job's last barrier.
 func pushUntil(po *postoffice.Postoffice, w *kv.Worker, cid int, keys []uint64, signal string) error {
+	do := waited(w)
 	rounds := 0
 	last := time.Now()
 	for deadline := time.Now().Add(60 * time.Second); ; rounds++ {
@@ -239,11 +240,7 @@ func pushUntil(po *postoffice.Postoffice, w *kv.Worker, cid int, keys []uint64, 
 		if time.Now().After(deadline) {
 			return errors.New("no signal within 60s")
 		}
-		ts, err := kv.Push(w, keys, []float32{float32(cid + 1)}, nil, kv.Options{})
-		if err == nil {
-			err = w.Wait(ts)
-		}
-		if err != nil {
+		if err := do(kv.Push(w, keys, []float32{float32(cid + 1)}, nil, kv.Options{})); err != nil {
 			return fmt.Errorf("customer %d, push %d: %w", cid, rounds, err)
 		}
 		if time.Since(last) >= 50*time.Millisecond {
@@ -255,11 +252,7 @@ func pushUntil(po *postoffice.Postoffice, w *kv.Worker, cid int, keys []uint64, 
 		return err
 	}
 	var got []float32
-	ts, err := kv.Pull(w, keys, &got, nil, kv.Options{})
-	if err == nil {
-		err = w.Wait(ts)
-	}
-	if err != nil {
+	if err := do(kv.Pull(w, keys, &got, nil, kv.Options{})); err != nil {
 		return err
 	}
 	if want := float32((cid + 1) * rounds); !slices.Equal(got, []float32{want}) {
@@ -442,13 +435,18 @@ func startedWorker(po *postoffice.Postoffice) (*kv.Worker, func(int32, error) er
 		w.Close()
 		return nil, nil, err
 	}
-	do := func(ts int32, err error) error {
+	return w, waited(w), nil
+}
+
+// waited returns do for w: do(w.Push(...)) waits for the operation it
+// started, or returns the error that kept it from starting.
+func waited(w *kv.Worker) func(int32, error) error {
+	return func(ts int32, err error) error {
 		if err != nil {
 			return err
 		}
 		return w.Wait(ts)
 	}
-	return w, do, nil
 }
 
 // chaosWorker pushes rounds, a few outstanding at a time, until the test's

@@ -18,7 +18,7 @@ import (
 // Free returns n consecutive ports (port, port+1, ...) that could be
 // listened on on 127.0.0.1 a moment ago, or 0 when none was found.
 func Free(n int) int {
-	if lo := ephemeralLow(); lo > 2048+n {
+	if lo := EphemeralLow(); lo > 2048+n {
 		first := max(1024, lo-16384)
 		for range 64 {
 			if port := first + rand.IntN(lo-n-first); runFree(port, n) {
@@ -63,9 +63,7 @@ func runFree(port, n int) bool {
 
 // EphemeralLow is the low end of the kernel's ephemeral port range, or 0
 // where it cannot be read.
-func EphemeralLow() int { return ephemeralLow() }
-
-func ephemeralLow() int {
+func EphemeralLow() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 0
