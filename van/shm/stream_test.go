@@ -30,6 +30,7 @@ func TestStreamWrapsAndWaits(t *testing.T) {
 			go func() {
 				for i := range 60 {
 					if _, err := worker.Send(kvMsg(8, int32(i), pattern(byte(i), sizes[i%len(sizes)]))); err != nil {
+						t.Errorf("send %d: %v", i, err)
 						return
 					}
 				}
