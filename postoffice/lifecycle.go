@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/message"
+	"github.com/elasticps/elasticps/scheduler"
 )
 
 // Start registers customer customerID of this node with the job and blocks
@@ -115,7 +116,7 @@ func (p *Postoffice) Finalize(customerID int, barrier bool) error {
 		<-p.stopped
 		err = ErrStopped
 	case barrier:
-		err = p.JobBarrier(customerID)
+		err = p.FinalBarrier(customerID)
 	}
 	if customerID == 0 {
 		p.awaitFailovers(failoverWait)
@@ -128,6 +129,16 @@ func (p *Postoffice) Finalize(customerID int, barrier bool) error {
 		return errors.Join(f, err)
 	}
 	return err
+}
+
+// FinalBarrier is the job barrier of Finalize (JobBarrier): on the
+// scheduler, for customer 0, its release ends the job, after which a node
+// that goes away (exits) is no loss (scheduler.State.Finishing).
+func (p *Postoffice) FinalBarrier(customerID int) error {
+	if customerID == 0 {
+		p.driver.do(func(s *scheduler.State) scheduler.Actions { s.Finishing(); return scheduler.Actions{} })
+	}
+	return p.JobBarrier(customerID)
 }
 
 func (p *Postoffice) isStarted() bool {

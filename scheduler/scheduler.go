@@ -132,6 +132,8 @@ type State struct {
 	dead       map[int32]Gone // declared dead and not replaced since
 	lost       []Gone         // servers declared dead: their state is lost (no replicas)
 	rebuild    *rebuild       // set while a restarted scheduler collects the running job's nodes
+	finishing  bool           // the scheduler entered Finalize (Finishing)
+	ended      bool           // the final barrier was released: nodes exit now
 	// groupRounds: group -> who has arrived in this round of a group
 	// barrier (groupbarrier.go), in arrival order
 	groupRounds map[int][]arrival
@@ -494,6 +496,14 @@ func (s *State) declare(id int32, reason string, a *Actions) {
 	if !ok {
 		return
 	}
+	if s.ended {
+		// Every node finished its work before the final barrier let it
+		// go: one that is gone now exited (gossip may not have heard its
+		// leave), and nothing it held is needed any more.
+		s.left[id] = true
+		a.Events = append(a.Events, fmt.Sprintf("node %s is gone after the job's final barrier (%s): not a loss", n, reason))
+		return
+	}
 	g := Gone{Node: n, Dead: true, Reason: reason}
 	s.dead[id] = g
 	if n.Role == message.RoleServer {
@@ -718,6 +728,9 @@ func (s *State) releaseIfComplete(group int, appID, customerID int32, a Actions)
 		return a
 	}
 	delete(s.barrier, group)
+	if s.finishing && group == int(message.AllGroup) && customerID == 0 {
+		s.ended = true
+	}
 	for _, id := range s.releaseOrder(members) {
 		if s.IsAlias(id) || s.left[id] || s.isDead(id) {
 			continue
@@ -823,6 +836,14 @@ func (s *State) Registered(r message.Role) int { return s.count(r) }
 
 // Waiting is the number of restarted nodes waiting for a dead node.
 func (s *State) Waiting() int { return len(s.waiting) }
+
+// Finishing records that the scheduler entered Finalize: the next release
+// of the job barrier (every node, customer 0) is the job's last, after
+// which a node that goes away is no longer a loss.
+func (s *State) Finishing() { s.finishing = true }
+
+// Ended reports whether the job's final barrier was released.
+func (s *State) Ended() bool { return s.ended }
 
 // Leave records that server id left the job after being drained
 // (scale-in): barriers stop waiting for it, it is never reported dead, and

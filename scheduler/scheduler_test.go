@@ -430,3 +430,29 @@ func TestLateNodeToldItIsDead(t *testing.T) {
 	assert.Equal(t, map[int32][]int32{9: {9}}, notices(a, CmdNodeDead))
 	assert.Equal(t, []int32{9}, recipients(a), "the heartbeat is answered too")
 }
+
+// A server gone after the job's final barrier was released exited: gossip
+// may report its leave as a failure, and heartbeats stop, but it is no
+// loss. The same barrier outside Finalize (Start's) does not end the job.
+func TestGoneAfterTheFinalBarrierIsNoLoss(t *testing.T) {
+	for _, finishing := range []bool{false, true} {
+		s := ready(t, 2, 1) // servers 8, 10; worker 9
+		if finishing {
+			s.Finishing()
+		}
+		for _, id := range []int32{8, 9, 10, 1} {
+			s.Barrier(id, 0, 0, message.AllGroup)
+		}
+		assert.Equal(t, finishing, s.Ended())
+		a := s.MarkFailed(10)
+		if finishing {
+			assert.Empty(t, a.Gone, "exited after the final barrier")
+			assert.Empty(t, a.Send, "nobody is told")
+			assert.Empty(t, s.Lost())
+			assert.False(t, s.Dead(10))
+			continue
+		}
+		require.Len(t, a.Gone, 1, "a death after Start's barrier")
+		assert.Len(t, s.Lost(), 1)
+	}
+}

@@ -252,7 +252,7 @@ func runRoleWith(ctx context.Context, role string, ss serverStore) error {
 		return ctx.Err()
 	}
 	if bal != nil {
-		if err := po.JobBarrier(0); err != nil {
+		if err := po.FinalBarrier(0); err != nil {
 			return fmt.Errorf("%s finalize: %w", role, err)
 		}
 		bal.Coordinator().ReleaseStandbys()
