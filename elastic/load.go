@@ -1,8 +1,8 @@
 package elastic
 
 import (
-	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/elasticps/elasticps/message"
@@ -46,12 +46,24 @@ func messageBytes(m *message.Message) int {
 	return n
 }
 
-// reportInterval is PS_REPORT_INTERVAL (milliseconds; default 1000).
+// reportInterval is PS_REPORT_INTERVAL (milliseconds; default 1000), read
+// from the node's environment (a bridge node's setenv included). An
+// invalid value is logged and the default taken.
 func reportInterval(po *postoffice.Postoffice) time.Duration {
-	if v, err := strconv.Atoi(os.Getenv("PS_REPORT_INTERVAL")); err == nil && v > 0 {
-		return time.Duration(v) * time.Millisecond
+	env := po.Config().Env
+	if env == nil {
+		env = postoffice.OSEnv
 	}
-	return time.Second
+	v, ok := env("PS_REPORT_INTERVAL")
+	if !ok || strings.TrimSpace(v) == "" {
+		return time.Second
+	}
+	ms, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || ms <= 0 {
+		po.Logger().Warn("elastic: PS_REPORT_INTERVAL is invalid: expected milliseconds > 0; using 1000", "value", v)
+		return time.Second
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // joined waits until po is in the job (it has its node id: a report sent
