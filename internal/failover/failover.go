@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	"time"
 
 	"github.com/elasticps/elasticps/internal/cli"
+	"github.com/elasticps/elasticps/internal/ports"
 	"github.com/elasticps/elasticps/internal/stats"
 )
 
@@ -205,22 +205,13 @@ func newJob(exe string, replicas int) (*job, error) {
 	return &job{exe: exe, env: env, lines: make(chan string, 1024)}, nil
 }
 
-// freePort is a port the kernel handed out, with the two above it free
-// too (memberlist's default is the root port + 2).
+// freePort is a port with the two above it free too (memberlist's
+// default is the root port + 2), below the kernel's ephemeral range: a
+// server's bind(0) or a connection's source port cannot take it between
+// the pick and the scheduler's bind.
 func freePort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port+2 < 65536 {
-			if l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+2)); err == nil {
-				l2.Close()
-				return port, nil
-			}
-		}
+	if port := ports.Free(3); port != 0 {
+		return port, nil
 	}
 	return 0, errors.New("no free port for the bench's scheduler")
 }
@@ -332,8 +323,9 @@ func startJob(ctx context.Context, exe string, replicas int, p plan) (*job, *nod
 		_, err = j.line(ctx, readyTag, time.Minute)
 	}
 	if err != nil {
+		logs := j.saveLogs()
 		j.stop()
-		return nil, nil, nil, fmt.Errorf("%w; scheduler's last lines:\n%s", err, cli.LastLines(sched.output(), 10))
+		return nil, nil, nil, fmt.Errorf("%w; scheduler's last lines:\n%s\nthe nodes' logs are in %s", err, cli.LastLines(sched.output(), 10), logs)
 	}
 	return j, sched, srvs, nil
 }
