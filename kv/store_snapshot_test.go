@@ -44,3 +44,43 @@ func TestDefaultHandlerSnapshotRestore(t *testing.T) {
 	_, _, ok := p.Value(9)
 	assert.False(t, ok)
 }
+
+// TestDefaultHandlerReplace: a backup installing its primary's copy of
+// [5, 9) holds exactly the copy's keys there, overwritten in the buffers
+// it had, and keeps its other keys; a copy holding a key outside the range
+// changes nothing.
+func TestDefaultHandlerReplace(t *testing.T) {
+	i64 := func(v ...int64) []byte { return AsBytes(v) }
+	push := func(h *DefaultHandler, keys []uint64, vals []int64, lens []int32) {
+		_, err := h.apply(ReqMeta{Push: true, DataType: message.Int64}, KVPairs{Keys: keys, Vals: i64(vals...), Lens: lens})
+		require.NoError(t, err)
+	}
+	primary, backup := NewDefaultHandler(), NewDefaultHandler()
+	push(primary, []uint64{1, 5, 7}, []int64{10, 50, 51, 70}, []int32{1, 2, 1})
+	push(backup, []uint64{1, 6, 7}, []int64{-1, -6, -7}, []int32{1, 1, 1})
+	buf := backup.store[7].val
+	for round := range 3 {
+		push(primary, []uint64{5, 7}, []int64{1, 1, 1}, []int32{2, 1}) // sums: each round adds 1
+		copied, err := primary.AppendSnapshot([]byte{0xee}, 5, 9)
+		require.NoError(t, err)
+		require.Equal(t, byte(0xee), copied[0])
+		require.NoError(t, backup.Replace(5, 9, copied[1:]))
+		got, _, _ := backup.Value(5)
+		assert.Equal(t, i64(50+int64(round)+1, 51+int64(round)+1), got, "round %d", round)
+		got, _, _ = backup.Value(7)
+		assert.Equal(t, i64(70+int64(round)+1), got, "round %d", round)
+		assert.Same(t, &buf[0], &backup.store[7].val[0], "round %d: key 7's buffer is reused", round)
+	}
+	_, _, ok := backup.Value(6)
+	assert.False(t, ok, "a key the copy lacks is dropped")
+	got, _, _ := backup.Value(1)
+	assert.Equal(t, i64(-1), got, "a key outside the range is kept")
+
+	all, err := primary.Snapshot(0, math.MaxUint64)
+	require.NoError(t, err)
+	require.ErrorContains(t, backup.Replace(5, 9, all), "holds key 1")
+	require.Error(t, backup.Replace(5, 9, all[:len(all)-1]), "truncated")
+	got, _, _ = backup.Value(1)
+	assert.Equal(t, i64(-1), got, "nothing changed")
+	assert.Equal(t, 3, backup.Len())
+}

@@ -36,20 +36,26 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // them) and returns their values and optimizer state as a snapshot for
 // Import. It is the elastic Migrator's Export.
 func (s *Store) Export(begin, end uint64) ([]byte, error) {
-	return s.encode(begin, end, true), nil
+	return s.encode(nil, begin, end, true), nil
 }
 
 // Snapshot returns the keys in [begin, end) with their optimizer state as
 // Export does, at one point in time, but leaves them in the store
 // (snapshot files, PS_SNAPSHOT_DIR).
 func (s *Store) Snapshot(begin, end uint64) ([]byte, error) {
-	return s.encode(begin, end, false), nil
+	return s.encode(nil, begin, end, false), nil
+}
+
+// AppendSnapshot appends Snapshot's output to dst: a backup's copy goes
+// into the message that carries it with one pass over the values.
+func (s *Store) AppendSnapshot(dst []byte, begin, end uint64) ([]byte, error) {
+	return s.encode(dst, begin, end, false), nil
 }
 
 // Restore installs a snapshot from Snapshot or Export, as Import.
 func (s *Store) Restore(state []byte) error { return s.Import(state) }
 
-func (s *Store) encode(begin, end uint64, remove bool) []byte {
+func (s *Store) encode(dst []byte, begin, end uint64, remove bool) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var keys []uint64
@@ -61,7 +67,8 @@ func (s *Store) encode(begin, end uint64, remove bool) []byte {
 		}
 	}
 	slices.Sort(keys)
-	b := make([]byte, 0, size)
+	b := slices.Grow(dst, size)
+	at := len(b)
 	b = append(b, snapshotMagic...)
 	b = binary.LittleEndian.AppendUint16(b, snapshotVersion)
 	b = append(b, byte(s.cfg.Optimizer), byte(s.cfg.Aggregate))
@@ -89,7 +96,7 @@ func (s *Store) encode(begin, end uint64, remove bool) []byte {
 			b = append(b, buf...)
 		}
 	}
-	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[at:], castagnoli))
 	if remove {
 		for _, k := range keys {
 			delete(s.keys, k)
@@ -117,19 +124,96 @@ func buffers(e *entry) [][]byte {
 // another optimizer or aggregation is an error, and nothing is installed.
 // It is the elastic Migrator's Import.
 func (s *Store) Import(state []byte) error {
-	entries, err := s.decode(state)
+	views, err := s.parse(state)
 	if err != nil {
 		return fmt.Errorf("paramstore: cannot import the snapshot: %w", err)
 	}
+	entries := make([]*entry, len(views))
+	for i := range views {
+		entries[i] = views[i].install(nil)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, e := range entries {
-		s.keys[k] = e
+	for i, e := range entries {
+		s.keys[views[i].key] = e
 	}
 	return nil
 }
 
-func (s *Store) decode(b []byte) (map[uint64]*entry, error) {
+// Replace makes the keys in [begin, end) those of a snapshot of that range
+// (a backup's copy of a primary's round): keys it lacks are dropped, the
+// others overwritten in the buffers they have when their sizes match, so
+// that a backup installing a copy per round allocates nothing. A snapshot
+// that Import would refuse, or that holds a key outside [begin, end),
+// changes nothing.
+func (s *Store) Replace(begin, end uint64, state []byte) error {
+	views, err := s.parse(state)
+	if err != nil {
+		return fmt.Errorf("paramstore: cannot install the copy: %w", err)
+	}
+	for _, v := range views {
+		if v.key < begin || v.key >= end {
+			return fmt.Errorf("paramstore: cannot install the copy of keys [%d, %d): it holds key %d", begin, end, v.key)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := make(map[uint64]bool, len(views))
+	for i := range views {
+		v := &views[i]
+		kept[v.key] = true
+		s.keys[v.key] = v.install(s.keys[v.key])
+	}
+	for k := range s.keys {
+		if k >= begin && k < end && !kept[k] {
+			delete(s.keys, k)
+		}
+	}
+	return nil
+}
+
+// keyView is one key of a parsed snapshot; its buffers alias the snapshot.
+type keyView struct {
+	key       uint64
+	dt        message.DataType
+	step      uint64
+	pending   uint32
+	val       []byte
+	m, v, acc []byte // nil when the snapshot has none
+}
+
+// install returns an entry holding v's values: old, overwritten in place
+// where its buffers have the right size, or a new one.
+func (v *keyView) install(old *entry) *entry {
+	if old == nil || old.dt != v.dt || len(old.val) != len(v.val) {
+		old = &entry{}
+	}
+	e := old
+	e.dt, e.step, e.pending = v.dt, v.step, v.pending
+	e.val = fill(e.val, v.val)
+	e.m = fill(e.m, v.m)
+	e.v = fill(e.v, v.v)
+	if v.acc != nil {
+		e.acc = fill(e.acc, v.acc)
+	}
+	return e
+}
+
+// fill copies src into dst when it has src's size, else into a new
+// aligned buffer; nil for a nil src.
+func fill(dst, src []byte) []byte {
+	if src == nil {
+		return nil
+	}
+	if len(dst) != len(src) {
+		dst = alignedBytes(len(src))
+	}
+	copy(dst, src)
+	return dst
+}
+
+// parse checks a snapshot whole and returns its keys, aliasing b.
+func (s *Store) parse(b []byte) ([]keyView, error) {
 	if len(b) < headerSize+4 {
 		return nil, fmt.Errorf("%d bytes is shorter than a snapshot's header and checksum (%d)", len(b), headerSize+4)
 	}
@@ -148,62 +232,54 @@ func (s *Store) decode(b []byte) (map[uint64]*entry, error) {
 	}
 	count := binary.LittleEndian.Uint32(body[8:])
 	p := body[headerSize:]
-	entries := make(map[uint64]*entry, min(int(count), len(p)/entryHeaderSize))
+	views := make([]keyView, 0, min(int(count), len(p)/entryHeaderSize))
+	seen := make(map[uint64]bool, cap(views))
 	for i := range count {
 		if len(p) < entryHeaderSize {
 			return nil, fmt.Errorf("truncated at key %d of %d", i, count)
 		}
-		k := binary.LittleEndian.Uint64(p)
-		e := &entry{
+		v := keyView{
+			key:     binary.LittleEndian.Uint64(p),
 			dt:      message.DataType(binary.LittleEndian.Uint32(p[8:])),
 			step:    binary.LittleEndian.Uint64(p[16:]),
 			pending: binary.LittleEndian.Uint32(p[24:]),
 		}
+		k := v.key
 		flags := binary.LittleEndian.Uint32(p[12:])
 		n := int(binary.LittleEndian.Uint32(p[28:]))
 		p = p[entryHeaderSize:]
-		if err := s.canStore(e.dt); err != nil {
+		if err := s.canStore(v.dt); err != nil {
 			return nil, fmt.Errorf("key %d: %w", k, err)
 		}
-		if n%e.dt.Size() != 0 {
-			return nil, fmt.Errorf("key %d: %d bytes is not a whole number of %s values", k, n, e.dt)
+		if n%v.dt.Size() != 0 {
+			return nil, fmt.Errorf("key %d: %d bytes is not a whole number of %s values", k, n, v.dt)
 		}
 		if flags&^knownFlags != 0 {
 			return nil, fmt.Errorf("key %d: unknown flags %#x", k, flags&^knownFlags)
 		}
-		if (flags&hasAcc != 0) != (e.pending > 0) {
-			return nil, fmt.Errorf("key %d: flags %#x do not match %d pending gradients", k, flags, e.pending)
+		if (flags&hasAcc != 0) != (v.pending > 0) {
+			return nil, fmt.Errorf("key %d: flags %#x do not match %d pending gradients", k, flags, v.pending)
 		}
-		if _, dup := entries[k]; dup {
+		if seen[k] {
 			return nil, fmt.Errorf("key %d appears twice", k)
 		}
-		read := func() ([]byte, error) {
-			if len(p) < n {
-				return nil, fmt.Errorf("key %d: %d bytes left, its value needs %d", k, len(p), n)
-			}
-			buf := alignedBytes(n)
-			copy(buf, p[:n])
-			p = p[n:]
-			return buf, nil
-		}
-		var err error
-		if e.val, err = read(); err != nil {
-			return nil, err
-		}
+		seen[k] = true
 		for _, f := range []struct {
 			bit uint32
 			dst *[]byte
-		}{{hasM, &e.m}, {hasV, &e.v}, {hasAcc, &e.acc}} {
-			if flags&f.bit != 0 {
-				if *f.dst, err = read(); err != nil {
-					return nil, err
-				}
+		}{{0, &v.val}, {hasM, &v.m}, {hasV, &v.v}, {hasAcc, &v.acc}} {
+			if f.bit != 0 && flags&f.bit == 0 {
+				continue
 			}
+			if len(p) < n {
+				return nil, fmt.Errorf("key %d: %d bytes left, its value needs %d", k, len(p), n)
+			}
+			*f.dst, p = p[:n:n], p[n:]
 		}
-		entries[k] = e
+		views = append(views, v)
 	}
 	if len(p) != 0 {
 		return nil, errors.New("bytes after the last key")
 	}
-	return entries, nil
+	return views, nil
 }

@@ -186,3 +186,53 @@ func TestSnapshotRestore(t *testing.T) {
 		})
 	}
 }
+
+// TestReplaceInstallsABackupsCopy: a backup that installs its primary's
+// copy of [2, 101) every round continues exactly as the primary (values,
+// Adam state and open rounds), keeps what it holds outside the range,
+// drops the keys the copy lacks, and reuses its buffers.
+func TestReplaceInstallsABackupsCopy(t *testing.T) {
+	cfg := withOpt(Adam, 0.125)
+	cfg.RoundSize = func() int { return 3 }
+	primary, backup := newStore(t, cfg), newStore(t, cfg)
+	var tr trainer
+	tr.init(t, primary)
+	require.NoError(t, push(backup, []uint64{1}, []float64{42, 43}))   // outside: kept
+	require.NoError(t, push(backup, []uint64{50}, []float64{7, 7, 7})) // inside, not in the copy: dropped
+	for round := range 4 {
+		tr.run(t, 2, primary) // a round applied, or one open with a push
+		copied, err := primary.AppendSnapshot([]byte("head"), 2, 101)
+		require.NoError(t, err)
+		require.Equal(t, "head", string(copied[:4]), "appended after what dst held")
+		var before *byte
+		if round > 0 {
+			before = &backup.keys[3].val[0]
+		}
+		require.NoError(t, backup.Replace(2, 101, copied[4:]))
+		if round > 0 {
+			assert.Same(t, before, &backup.keys[3].val[0], "round %d: the key's buffer is reused", round)
+		}
+	}
+	assert.Equal(t, []float64{42, 43}, pull[float64](t, backup, 1))
+	_, _, ok := backup.Value(50)
+	assert.False(t, ok, "a key the copy lacks is dropped")
+	assert.Equal(t, 6, backup.Len(), "keys 1, 2-5 and 100")
+	before := pull[float64](t, backup, 2)
+
+	// a copy holding a key outside the range changes nothing
+	all, err := primary.Snapshot(0, math.MaxUint64)
+	require.NoError(t, err)
+	require.ErrorContains(t, backup.Replace(2, 101, all), "holds key 0")
+	assert.Equal(t, before, pull[float64](t, backup, 2))
+	require.Error(t, backup.Replace(2, 101, all[:len(all)-1]), "a corrupt copy")
+	assert.Equal(t, 6, backup.Len())
+
+	// promoted, the backup trains on as the primary does
+	tr2 := tr
+	tr.run(t, 4, primary)
+	tr2.run(t, 4, backup)
+	for _, k := range trainKeys[2:] {
+		assert.Equal(t, pull[float64](t, primary, k), pull[float64](t, backup, k), "key %d", k)
+	}
+	assert.Equal(t, pull[float32](t, primary, 100), pull[float32](t, backup, 100))
+}
