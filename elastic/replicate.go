@@ -601,15 +601,15 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		log.Error("elastic: the interval is not replicated: its handler has no Migrator to copy it with (PS_REPLICAS needs one: kv.DefaultHandler, paramstore.Store, or a C++ migration handle)")
 		return false
 	}
-	state, err := e.copyState(sd.begin, sd.end)
+	e.mu.Lock()
+	seen := e.rep.seen.Export(sd.begin, sd.end)
+	e.mu.Unlock()
+	mv := Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch}
+	body, err := appendSeedBody(mv, seen, 0, func(b []byte) ([]byte, error) { return e.appendState(b, sd.begin, sd.end) })
 	if err != nil {
 		log.Error("elastic: the interval could not be copied to its new backup; it is not replicated there", "err", err)
 		return false
 	}
-	e.mu.Lock()
-	seen := e.rep.seen.Export(sd.begin, sd.end)
-	e.mu.Unlock()
-	body := seedBody(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch}, state, seen)
 	done := make(chan error, 1)
 	sent := time.Now()
 	// A standby that just joined may not be connected yet: try again.
@@ -639,7 +639,7 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		case err = <-done:
 			waiting = false
 		case <-slow.C:
-			log.Warn("elastic: the new backup has not answered its seed yet; the interval is not replicated there until it does", "sent", time.Since(sent).Round(time.Second), "bytes", len(state))
+			log.Warn("elastic: the new backup has not answered its seed yet; the interval is not replicated there until it does", "sent", time.Since(sent).Round(time.Second), "bytes", len(body))
 		case <-sd.cancel:
 			return false
 		case <-e.po.Done():
@@ -651,7 +651,7 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		return false
 	}
 	if e.po.Verbose() >= 1 {
-		log.Info("elastic: backup seeded", "bytes", len(state))
+		log.Info("elastic: backup seeded", "bytes", len(body))
 	}
 	// the coordinator counts the backup as a copy from now on
 	if err := e.node.link.Post(message.SchedulerID, MsgSeeded, MarshalMove(Move{Begin: sd.begin, End: sd.end, From: e.me(), To: sd.to, Epoch: epoch}, nil)); err != nil {
@@ -710,10 +710,7 @@ func (e *serverAgent) installSeed(body []byte) error {
 	if e.migrator() == nil {
 		return errors.New("this server's handler has no Migrator: it cannot hold a backup (PS_REPLICAS needs one on every server)")
 	}
-	if err := e.dropCopy(mv); err != nil {
-		return err
-	}
-	if err := e.importState(mv.Begin, mv.End, state); err != nil {
+	if err := e.replaceCopy(mv, state); err != nil {
 		return err
 	}
 	e.mu.Lock()
@@ -722,6 +719,44 @@ func (e *serverAgent) installSeed(body []byte) error {
 		e.rep.ahead = append(e.rep.ahead, mv)
 	}
 	return e.rep.seen.Import(seen)
+}
+
+// replaceCopy installs state, a copy of mv's keys, in place of what this
+// backup holds of them: with the handler's Replace when it has one and the
+// copy is its snapshot (no export of the old copy, no new buffers), else
+// by dropping the old copy and importing the new one.
+func (e *serverAgent) replaceCopy(mv Move, state []byte) error {
+	r, ok := e.migrator().(stateReplacer)
+	syncState, own := []byte(nil), state
+	if ok && len(state) > 0 && state[0] == stateSync {
+		var err error
+		if syncState, own, err = splitSyncState(state); err != nil {
+			return err
+		}
+		if e.sync == nil {
+			ok = false // importState says why
+		}
+	}
+	if !ok || len(own) == 0 || own[0] != stateMigrator {
+		if err := e.dropCopy(mv); err != nil {
+			return err
+		}
+		return e.importState(mv.Begin, mv.End, state)
+	}
+	if e.sync != nil {
+		e.dropSyncCopy(mv)
+		if syncState != nil {
+			if err := e.sync.Import(syncState); err != nil {
+				return fmt.Errorf("the sync gate could not import the keys' sync state: %w", err)
+			}
+		}
+	}
+	if err := r.Replace(mv.Begin, mv.End, own[1:]); err != nil {
+		// As after a failed import: nothing of the keys is held here.
+		_ = e.dropCopy(mv)
+		return fmt.Errorf("the handler's Migrator could not install the copy of keys [%d, %d): %w", mv.Begin, mv.End, err)
+	}
+	return nil
 }
 
 // dropCopy forgets what this server holds of mv's keys as their backup
@@ -735,13 +770,19 @@ func (e *serverAgent) dropCopy(mv Move) error {
 			return err
 		}
 	}
+	e.dropSyncCopy(mv)
+	return nil
+}
+
+// dropSyncCopy forgets the sync state this server holds of mv's keys as
+// their backup; requests parked for them go to their primary.
+func (e *serverAgent) dropSyncCopy(mv Move) {
 	if e.sync != nil {
 		_, parked := e.sync.Export(mv.Begin, mv.End)
 		for _, m := range parked { // not ours: the keys' primary is elsewhere
 			go e.redirect(m, mv.Epoch)
 		}
 	}
-	return nil
 }
 
 // busy reports whether a push on [begin, end) waits for the backups here

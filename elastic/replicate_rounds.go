@@ -33,6 +33,7 @@ type round struct {
 	held     []*heldAck // applied, acknowledged once a state holding them reached the backups
 	shipping bool       // a copy was asked for (marker queued) or is on its way
 	copying  bool       // the copy is being taken: a seeding of the keys waits
+	bodySize int        // the last copy's message body: the next one's size
 }
 
 // heldAck is one applied push whose acknowledgement waits.
@@ -198,10 +199,13 @@ func (e *serverAgent) shipMarker(m *message.Message) bool {
 	epoch := e.routes.Epoch
 	e.mu.Unlock()
 
-	// On the customer goroutine: no request is handled meanwhile.
-	state, err := e.copyState(k.begin, k.end)
+	// On the customer goroutine: no request is handled meanwhile. The
+	// copy goes straight into the message's body.
+	mv := Move{Begin: k.begin, End: k.end, From: e.me(), Epoch: epoch}
+	body, err := appendSeedBody(mv, seen, rd.bodySize, func(b []byte) ([]byte, error) { return e.appendState(b, k.begin, k.end) })
 	e.mu.Lock()
 	rd.copying = false
+	rd.bodySize = len(body)
 	if err != nil {
 		e.po.Logger().Error("elastic: the round's state could not be copied for the backups; its pushes fail", "begin", k.begin, "end", k.end, "err", err)
 		for _, h := range sh.batch {
@@ -216,7 +220,6 @@ func (e *serverAgent) shipMarker(m *message.Message) bool {
 		go e.shipDone(sh, -1, nil)
 		return true
 	}
-	body := seedBody(Move{Begin: k.begin, End: k.end, From: e.me(), Epoch: epoch}, state, seen)
 	for _, b := range waits {
 		if err := e.node.link.Go(b, MsgShip, body, func(_ []byte, err error) { e.shipDone(sh, b, err) }); err != nil {
 			e.po.Logger().Error("elastic: round state not sent to a backup; its pushes wait until the backup leaves the routing table", "backup", b, "err", err)
@@ -273,9 +276,23 @@ func (e *serverAgent) shipDone(sh *shipment, b int32, err error) {
 // the state and the applied-push record, copied once (a round's state is
 // as large as the interval).
 func seedBody(mv Move, state, seen []byte) []byte {
-	b := slices.Grow(MarshalMove(mv, nil), 4+len(state)+len(seen))
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(state)))
-	return append(append(b, state...), seen...)
+	b, _ := appendSeedBody(mv, seen, len(state), func(b []byte) ([]byte, error) { return append(b, state...), nil })
+	return b
+}
+
+// appendSeedBody is seedBody with the state written into the body by
+// appendState (sizeHint: the state's expected size).
+func appendSeedBody(mv Move, seen []byte, sizeHint int, appendState func([]byte) ([]byte, error)) ([]byte, error) {
+	b := MarshalMove(mv, nil)
+	b = slices.Grow(b, 4+sizeHint+len(seen))
+	at := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b, err := appendState(b)
+	if err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return append(b, seen...), nil
 }
 
 // stateCopier is a Migrator that can also copy keys without handing them
@@ -283,6 +300,42 @@ func seedBody(mv Move, state, seen []byte) []byte {
 // format).
 type stateCopier interface {
 	Snapshot(begin, end uint64) ([]byte, error)
+}
+
+// stateAppender is a Migrator that copies keys as Snapshot does, appended
+// to a buffer: the copy is written once, into the message carrying it.
+type stateAppender interface {
+	AppendSnapshot(dst []byte, begin, end uint64) ([]byte, error)
+}
+
+// stateReplacer is a Migrator that installs a copy of [begin, end) in
+// place of what it holds there (all or nothing), reusing its buffers: a
+// backup installing a round's copy neither exports its old copy to drop
+// it nor allocates the values again.
+type stateReplacer interface {
+	Replace(begin, end uint64, state []byte) error
+}
+
+// appendState appends a copy of [begin, end) — the handler's state
+// through its Migrator and the sync gate's — to dst, in exportState's
+// format, leaving the keys in place.
+func (e *serverAgent) appendState(dst []byte, begin, end uint64) ([]byte, error) {
+	if c, ok := e.migrator().(stateAppender); ok {
+		var syncState []byte
+		if e.sync != nil {
+			syncState = e.sync.Snapshot(begin, end)
+		}
+		b, err := c.AppendSnapshot(e.appendWrapHeader(dst, syncState, stateMigrator), begin, end)
+		if err != nil {
+			return nil, fmt.Errorf("the handler could not copy keys [%d, %d): %w", begin, end, err)
+		}
+		return b, nil
+	}
+	state, err := e.copyState(begin, end)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, state...), nil
 }
 
 // copyState copies [begin, end) — the handler's state through its

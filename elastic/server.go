@@ -601,11 +601,16 @@ func (e *serverAgent) exportState(begin, end uint64, syncState []byte) ([]byte, 
 // format: the sync state first when the server has a sync gate.
 func (e *serverAgent) wrapState(syncState []byte, format byte, st []byte) []byte {
 	out := make([]byte, 0, 2+binary.MaxVarintLen64+len(syncState)+1+len(st))
+	return append(e.appendWrapHeader(out, syncState, format), st...)
+}
+
+// appendWrapHeader appends what wrapState puts before the handler's state.
+func (e *serverAgent) appendWrapHeader(dst, syncState []byte, format byte) []byte {
 	if e.sync != nil {
-		out = binary.AppendUvarint(append(out, stateSync, stateSyncVersion), uint64(len(syncState)))
-		out = append(out, syncState...)
+		dst = binary.AppendUvarint(append(dst, stateSync, stateSyncVersion), uint64(len(syncState)))
+		dst = append(dst, syncState...)
 	}
-	return append(append(out, format), st...)
+	return append(dst, format)
 }
 
 // importState installs exportState's output for keys [begin, end): the

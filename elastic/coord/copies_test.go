@@ -31,7 +31,7 @@ func TestSpans(t *testing.T) {
 }
 
 // refusingImport is a server's Migrator that refuses to install copies
-// while refuse is set: a backup placed then is never seeded.
+// (Import and Replace) while refuse is set: a backup placed then is never seeded.
 type refusingImport struct {
 	*kv.DefaultHandler
 	refuse *atomic.Bool
@@ -42,6 +42,13 @@ func (m refusingImport) Import(state []byte) error {
 		return errors.New("refusingImport: this test keeps the backup unseeded")
 	}
 	return m.DefaultHandler.Import(state)
+}
+
+func (m refusingImport) Replace(begin, end uint64, state []byte) error {
+	if m.refuse.Load() {
+		return errors.New("refusingImport: this test keeps the backup unseeded")
+	}
+	return m.DefaultHandler.Replace(begin, end, state)
 }
 
 // allSeeded reports whether the coordinator counts every backup of its

@@ -18,8 +18,9 @@ import (
 	"github.com/elasticps/elasticps/routing"
 )
 
-// gatedImport is a DefaultHandler whose Import first runs the test's gate
-// (nil: none), which may hold it or fail it.
+// gatedImport is a DefaultHandler whose Import and Replace (a backup's
+// install of a copy) first run the test's gate (nil: none), which may hold
+// or fail them.
 type gatedImport struct {
 	*kv.DefaultHandler
 	gate *atomic.Pointer[func(*kv.DefaultHandler) error]
@@ -32,6 +33,15 @@ func (g gatedImport) Import(state []byte) error {
 		}
 	}
 	return g.DefaultHandler.Import(state)
+}
+
+func (g gatedImport) Replace(begin, end uint64, state []byte) error {
+	if f := g.gate.Load(); f != nil {
+		if err := (*f)(g.DefaultHandler); err != nil {
+			return err
+		}
+	}
+	return g.DefaultHandler.Replace(begin, end, state)
 }
 
 // drainSetup is a replicated job (PS_REPLICAS=1, 3 servers) with gated

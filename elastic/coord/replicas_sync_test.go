@@ -133,25 +133,48 @@ func survivesInSync(t *testing.T, mode syncctl.Mode) {
 // receives R states of the interval it backs up and no forwarded push
 // (asynchronous replication would forward n*R). A seeding (MsgSeed) is
 // not counted: the first round's pushes wait for it and ship after it.
-// A primary whose Migrator has Snapshot copies its interval with it (one
-// per round and one for the seed: no Export imported back); one without
-// copies by Export and Import (a C++ server's state hook), with the same
-// outcome.
+// A primary whose Migrator has AppendSnapshot copies its interval with it
+// into the message (one per round and one for the seed), and its backups
+// install the copies with Replace; one with only Snapshot copies with
+// that; one with neither copies by Export and Import (a C++ server's state
+// hook), with the same outcome.
 func TestReplicatedBSPShipsOncePerRound(t *testing.T) {
-	t.Run("snapshot", func(t *testing.T) {
-		snapshots := map[*kv.DefaultHandler]*atomic.Int64{}
-		j := bspShipsOncePerRound(t, func(h *kv.DefaultHandler) elastic.Migrator {
-			snapshots[h] = &atomic.Int64{}
-			return snapshotCounter{h, snapshots[h]}
-		})
+	perPrimary := func(t *testing.T, j *elasticJob, counts map[*kv.DefaultHandler]*copyCounts, what string, get func(*copyCounts) int64) {
 		primaries := map[int32]int64{}
 		for _, iv := range j.coord.Table().Current().Intervals {
 			primaries[iv.Node]++
 		}
 		for i, h := range j.stores {
 			id := j.servers[i].MyNode().ID
-			assert.Equal(t, (shipRounds+1)*primaries[id], snapshots[h].Load(), "server %d: a Snapshot per round and per seed of each interval it is the primary of", id)
+			assert.Equal(t, (shipRounds+1)*primaries[id], get(counts[h]), "server %d: %s per round and per seed of each interval it is the primary of", id, what)
 		}
+	}
+	t.Run("append", func(t *testing.T) {
+		counts := map[*kv.DefaultHandler]*copyCounts{}
+		j := bspShipsOncePerRound(t, func(h *kv.DefaultHandler) elastic.Migrator {
+			counts[h] = &copyCounts{}
+			return copyCounter{h, counts[h]}
+		})
+		perPrimary(t, j, counts, "an AppendSnapshot", func(c *copyCounts) int64 { return c.appended.Load() })
+		for i, h := range j.stores {
+			id := j.servers[i].MyNode().ID
+			assert.Zero(t, counts[h].snapshots.Load(), "server %d: no Snapshot", id)
+			backedUp := int64(0)
+			for _, iv := range j.coord.Table().Current().Intervals {
+				if iv.HasBackup(id) {
+					backedUp++
+				}
+			}
+			assert.Equal(t, (shipRounds+1)*backedUp, counts[h].replaced.Load(), "server %d: a Replace per round and per seed of each interval it backs up", id)
+		}
+	})
+	t.Run("snapshot", func(t *testing.T) {
+		counts := map[*kv.DefaultHandler]*copyCounts{}
+		j := bspShipsOncePerRound(t, func(h *kv.DefaultHandler) elastic.Migrator {
+			counts[h] = &copyCounts{}
+			return snapshotOnly{h, counts[h]}
+		})
+		perPrimary(t, j, counts, "a Snapshot", func(c *copyCounts) int64 { return c.snapshots.Load() })
 	})
 	t.Run("export", func(t *testing.T) {
 		bspShipsOncePerRound(t, func(h *kv.DefaultHandler) elastic.Migrator { return exportImport{h} })
@@ -186,15 +209,43 @@ func bspShipsOncePerRound(t *testing.T, mig func(*kv.DefaultHandler) elastic.Mig
 	return j
 }
 
-// snapshotCounter is DefaultHandler's Migrator counting its Snapshots.
-type snapshotCounter struct {
+// copyCounts counts how a server's Migrator copied and installed copies.
+type copyCounts struct{ appended, snapshots, replaced atomic.Int64 }
+
+// copyCounter is DefaultHandler's Migrator counting its copies and
+// Replaces.
+type copyCounter struct {
 	*kv.DefaultHandler
-	n *atomic.Int64
+	n *copyCounts
 }
 
-func (s snapshotCounter) Snapshot(begin, end uint64) ([]byte, error) {
-	s.n.Add(1)
-	return s.DefaultHandler.Snapshot(begin, end)
+func (c copyCounter) AppendSnapshot(dst []byte, begin, end uint64) ([]byte, error) {
+	c.n.appended.Add(1)
+	return c.DefaultHandler.AppendSnapshot(dst, begin, end)
+}
+
+func (c copyCounter) Snapshot(begin, end uint64) ([]byte, error) {
+	c.n.snapshots.Add(1)
+	return c.DefaultHandler.Snapshot(begin, end)
+}
+
+func (c copyCounter) Replace(begin, end uint64, state []byte) error {
+	c.n.replaced.Add(1)
+	return c.DefaultHandler.Replace(begin, end, state)
+}
+
+// snapshotOnly is DefaultHandler's Migrator with Snapshot (counted) but
+// neither AppendSnapshot nor Replace.
+type snapshotOnly struct {
+	h *kv.DefaultHandler
+	n *copyCounts
+}
+
+func (m snapshotOnly) Export(begin, end uint64) ([]byte, error) { return m.h.Export(begin, end) }
+func (m snapshotOnly) Import(state []byte) error                { return m.h.Import(state) }
+func (m snapshotOnly) Snapshot(begin, end uint64) ([]byte, error) {
+	m.n.snapshots.Add(1)
+	return m.h.Snapshot(begin, end)
 }
 
 // exportImport is DefaultHandler's Migrator without its Snapshot.
