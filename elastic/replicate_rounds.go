@@ -75,15 +75,21 @@ func (r *inflightReq) Hold(send func(fail error) error) bool {
 	}
 	e := r.agent
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	delete(e.inflight, r) // applied: a copy of the keys need not wait for it
 	h := r.held
 	e.rep.seen.Note(h.worker, r.lo, h.ts)
-	if !e.holdAckLocked(r.lo, r.hi, h.keys, h.iter, send) {
-		return false
+	held := e.holdAckLocked(r.lo, r.hi, h.keys, h.iter, send)
+	e.mu.Unlock()
+	if held {
+		// At once, not on another goroutine: the round's copy is queued
+		// ahead of what the customer goroutine is given next (the
+		// round's released pulls), so its transfer and installation on
+		// the backups overlap their answers. shipCheck takes e.mu, the
+		// sync gate's lock and the customer's queue, none of which a
+		// caller of Response holds.
+		e.shipCheck()
 	}
-	go e.shipCheck()
-	return true
+	return held
 }
 
 // holdAckLocked registers an acknowledgement with the rounds of the
