@@ -12,12 +12,17 @@
 //    (i + 1) * 1000 + (rank + 1) * (k + 1) for key k, ROUNDS times, to 2 keys
 //    per server; then a Barrier(0, kWorkerGroup) of the processes (instance
 //    0) and every instance pulls and checks its own plane's sums exactly;
+//    IG_ROUNDS sets ROUNDS (default 4) and IG_ROUND_SLEEP_MS a pause after
+//    each round, for a job that runs while its scheduler is restarted
+//    (instance 0 says "pushed N rounds" every 100);
 //  - every server instance registers a receive buffer for each worker
 //    process (RegisterRecvBufferWithRank(p), or RegisterRecvBuffer with
 //    the id of the worker instance that talks to it), before a
 //    Barrier(0, kWorkerGroup + kServerGroup), and every push arrives in
 //    its buffer.
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -30,7 +35,6 @@ using namespace ps;
 
 namespace {
 
-const int kRounds = 4;
 const int kKeysPerServer = 2;
 
 struct Store {
@@ -45,6 +49,8 @@ int Value(int instance, int rank, int k) { return (instance + 1) * 1000 + (rank 
 int main() {
   const int n = compat::EnvInt("DMLC_GROUP_SIZE", 1);
   const int rank = compat::EnvInt("DMLC_RANK", -1);
+  const int kRounds = compat::EnvInt("IG_ROUNDS", 4);
+  const int pause_ms = compat::EnvInt("IG_ROUND_SLEEP_MS", 0);
   Node::Role role = GetRole(compat::Env("DMLC_ROLE"));
   StartPS(0, role, role == Node::SCHEDULER ? -1 : rank, true);
   if (role != Node::SCHEDULER) {
@@ -112,7 +118,11 @@ int main() {
       threads.emplace_back([&, i] {
         std::vector<int> vals;
         for (size_t k = 0; k < keys.size(); ++k) vals.push_back(Value(i, rank, k));
-        for (int r = 0; r < kRounds; ++r) kvs[i]->Wait(kvs[i]->Push(keys, vals));
+        for (int r = 1; r <= kRounds; ++r) {
+          kvs[i]->Wait(kvs[i]->Push(keys, vals));
+          if (i == 0 && r % 100 == 0) std::printf("pushed %d rounds\n", r), std::fflush(stdout);
+          if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+        }
       });
     }
     for (auto& t : threads) t.join();
@@ -132,6 +142,8 @@ int main() {
     }
     for (auto& t : threads) t.join();
     for (auto* kv : kvs) delete kv;
+    std::printf("exact sums after %d rounds\n", kRounds);
+    std::fflush(stdout);
   }
   Finalize(0, role, true);
   EXPECT(bad_senders.load() == 0) << bad_senders.load() << " requests named no worker process as sender";

@@ -109,3 +109,48 @@ func TestSchedulerKilledAndRestartedMultiCustomer(t *testing.T) {
 		assert.NotContains(t, p.output(), "lost nodes", p.name)
 	}
 }
+
+// The same with instance groups (DMLC_GROUP_SIZE=2, the BytePS fork's
+// joint processes: compat_tests' test_instance_groups, one server process
+// and two worker processes of two instances each, every instance its own
+// node): each instance re-registers with its id, the workers push on, the
+// group and instance barriers after the restart work, the sums are exact
+// and every process exits 0.
+func TestSchedulerKilledAndRestartedInstanceGroups(t *testing.T) {
+	t.Parallel() // waits on the restart delay and heartbeat timers, not the CPU
+	prog := compatProgram(t, "test_instance_groups")
+	port := porttest.Free(t)
+	const rounds = 1500 // 5 ms apart: past the restart
+	env := func(extra ...string) []string {
+		return append([]string{"DMLC_NUM_SERVER=1", "DMLC_NUM_WORKER=2", "DMLC_GROUP_SIZE=2", "DMLC_PS_ROOT_URI=127.0.0.1",
+			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
+			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1",
+			fmt.Sprintf("IG_ROUNDS=%d", rounds), "IG_ROUND_SLEEP_MS=5"}, extra...)
+	}
+	add := newE2EJob(t).add
+	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	server := add(start(t, "server", env("DMLC_ROLE=server", "DMLC_RANK=0"), prog))
+	var workers []*proc
+	for i := range 2 {
+		workers = append(workers, add(start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", fmt.Sprintf("DMLC_RANK=%d", i)), prog)))
+	}
+	for _, w := range workers {
+		w.waitFor(t, "pushed 100 rounds")
+	}
+	kill9(t, sched)
+	time.Sleep(2 * time.Second)
+	sched = add(start(t, "scheduler-restarted", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	sched.waitFor(t, "restarted into a running job")
+	for _, w := range workers {
+		assert.NotContains(t, w.output(), fmt.Sprintf("pushed %d rounds", rounds), "%s finished before the restart: make the run longer", w.name)
+	}
+	for _, w := range workers {
+		w.waitFor(t, fmt.Sprintf("exact sums after %d rounds", rounds))
+	}
+	for _, p := range append([]*proc{sched, server}, workers...) {
+		assert.Zero(t, p.exitCode(t), "%s exited non-zero:\n%s", p.name, p.output())
+		assert.NotContains(t, p.output(), "COMPAT FAIL", p.name)
+		assert.NotContains(t, p.output(), "lost nodes", p.name)
+	}
+	assert.Contains(t, sched.output(), "rebuilt the running job from 6 live nodes", "all six instances re-registered")
+}

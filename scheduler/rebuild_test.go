@@ -164,3 +164,56 @@ func TestRejoinRebuildsMultiCustomerAliases(t *testing.T) {
 	}
 	assert.Equal(t, []int{0, 0, 0, 3}, released, "the barrier of all nodes waits for the second customer, then releases the worker process, the server and the scheduler")
 }
+
+// A job with instance groups (DMLC_GROUP_SIZE=2: BytePS's joint
+// processes) whose scheduler restarts: every instance re-registers with
+// its id, the rebuilt scheduler has the same ids and ranks, and its group
+// barriers count one request per process and its instance barriers every
+// instance, as before the restart.
+func TestRejoinRebuildsAJobWithInstanceGroups(t *testing.T) {
+	cfg := Config{NumServers: 2, NumWorkers: 4, Self: self(), GroupSize: 2, HeartbeatTimeout: 2 * time.Second, HeartbeatInterval: time.Second}
+	first := New(cfg, t0)
+	var regs []message.Node
+	for i := range 2 {
+		regs = append(regs, wanting(message.RoleServer, "10.0.0.2", int32(6000+i), i))
+	}
+	for i := range 4 {
+		regs = append(regs, wanting(message.RoleWorker, "10.0.0.3", int32(7000+i), i))
+	}
+	ids := register(t, first, regs)
+
+	s := New(cfg, t0.Add(time.Minute)) // the restarted scheduler
+	var a Actions
+	for i, n := range first.Nodes() {
+		if n.Role == message.RoleScheduler {
+			continue
+		}
+		a = s.Rejoin(t0.Add(time.Minute), n, nil)
+		require.Empty(t, a.Errors, "rejoin %d (%s)", i, n)
+	}
+	require.True(t, s.Ready(), "ready once all 6 instances are back")
+	for _, n := range s.Nodes() {
+		if n.Role != message.RoleScheduler {
+			assert.Equal(t, ids[addrKey(n)], n.ID, "%s keeps its id", addrKey(n))
+		}
+	}
+	recvers := func(a Actions) []int32 {
+		var out []int32
+		for _, m := range a.Send {
+			out = append(out, m.Meta.Recver)
+		}
+		return out
+	}
+	w := func(r int) int32 { return int32(message.WorkerRankToID(r)) }
+	srv0 := int32(message.ServerRankToID(0))
+	// group 7: 2 worker processes, 1 server process, the scheduler
+	assert.Empty(t, recvers(s.Barrier(w(0), 0, 0, message.AllGroup)))
+	assert.Empty(t, recvers(s.Barrier(w(2), 0, 0, message.AllGroup)))
+	assert.Empty(t, recvers(s.Barrier(srv0, 0, 0, message.AllGroup)))
+	assert.ElementsMatch(t, []int32{w(0), w(2), srv0, message.SchedulerID}, recvers(s.Barrier(message.SchedulerID, 0, 0, message.AllGroup)))
+	// an instance barrier (Finalize's) waits for every worker instance
+	for r := range 3 {
+		assert.Empty(t, recvers(s.InstanceBarrier(w(r), 0, 0, message.WorkerGroup)), "instance %d", r)
+	}
+	assert.ElementsMatch(t, []int32{w(0), w(1), w(2), w(3)}, recvers(s.InstanceBarrier(w(3), 0, 0, message.WorkerGroup)))
+}
