@@ -93,7 +93,7 @@ bridge: deps
 
 compat: bridge
 	$(MAKE) -C compat_tests run
-	ELASTICPS_REQUIRE_CPP=1 $(GO) test -count=1 -timeout 5m -run 'TestChaosReplicatedCppServers|TestSchedulerKilledAndRestartedCpp|TestSchedulerKilledAndRestartedInstanceGroups' ./e2e
+	ELASTICPS_REQUIRE_CPP=1 $(GO) test -count=1 -timeout 5m -run 'TestChaosReplicatedCppServers|TestSchedulerKilledAndRestartedCpp|TestSchedulerKilledAndRestartedInstanceGroups|TestSchedulerKilledAndRestartedJoint' ./e2e
 
 # The same C++ programs with the RDMA build of the bridge, every node on
 # libfabric (DMLC_ENABLE_RDMA=fabric).

@@ -7,7 +7,12 @@
 //     --worker-cmd "env DMLC_ROLE=joint ./test_joint"
 // as the fork's tests/test_benchmark_stress.cc sets its job up. Every
 // worker pushes (rank+1) to keys on every server; all pull the exact sum.
+// JOINT_ROUNDS sets how often it pushes (default 1) and
+// JOINT_ROUND_SLEEP_MS a pause after each push, for a job that runs while
+// its scheduler is restarted ("pushed N rounds" every 100).
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "common.h"
@@ -46,11 +51,17 @@ void RunJoint() {
     for (int k = 0; k < kKeysPerServer; ++k) keys.push_back(krs[s].begin() + k);
   }
   std::vector<float> vals(keys.size(), static_cast<float>(rank + 1));
-  kv->Wait(kv->Push(keys, vals));
+  const int rounds = compat::EnvInt("JOINT_ROUNDS", 1);
+  const int pause_ms = compat::EnvInt("JOINT_ROUND_SLEEP_MS", 0);
+  for (int r = 1; r <= rounds; ++r) {
+    kv->Wait(kv->Push(keys, vals));
+    if (r % 100 == 0) std::printf("pushed %d rounds\n", r), std::fflush(stdout);
+    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+  }
   worker->Barrier(0, kWorkerGroup);
   std::vector<float> got;
   kv->Wait(kv->Pull(keys, &got));
-  const float want = static_cast<float>(nw * (nw + 1) / 2);
+  const float want = static_cast<float>(rounds * nw * (nw + 1) / 2);
   EXPECT(got.size() == keys.size()) << "pulled " << got.size() << " values";
   for (size_t i = 0; i < got.size(); ++i) {
     EXPECT(got[i] == want) << "key " << keys[i] << ": " << got[i] << ", want " << want;

@@ -154,3 +154,46 @@ func TestSchedulerKilledAndRestartedInstanceGroups(t *testing.T) {
 	}
 	assert.Contains(t, sched.output(), "rebuilt the running job from 6 live nodes", "all six instances re-registered")
 }
+
+// The same with the BytePS fork's joint processes (DMLC_ROLE=joint:
+// compat_tests' test_joint, two processes each a server and a worker
+// node): both nodes of each process re-register with their ids, the
+// workers push on, the barriers after the restart work, the sums are
+// exact and every process exits 0.
+func TestSchedulerKilledAndRestartedJoint(t *testing.T) {
+	t.Parallel() // waits on the restart delay and heartbeat timers, not the CPU
+	prog := compatProgram(t, "test_joint")
+	port := porttest.Free(t)
+	const rounds = 1500 // 5 ms apart: past the restart
+	env := func(extra ...string) []string {
+		return append([]string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
+			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
+			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1",
+			fmt.Sprintf("JOINT_ROUNDS=%d", rounds), "JOINT_ROUND_SLEEP_MS=5"}, extra...)
+	}
+	add := newE2EJob(t).add
+	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	var joints []*proc
+	for i := range 2 {
+		joints = append(joints, add(start(t, fmt.Sprintf("joint%d", i), env("DMLC_ROLE=joint"), prog)))
+	}
+	for _, p := range joints {
+		p.waitFor(t, "pushed 100 rounds")
+	}
+	kill9(t, sched)
+	time.Sleep(2 * time.Second)
+	sched = add(start(t, "scheduler-restarted", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	sched.waitFor(t, "restarted into a running job")
+	for _, p := range joints {
+		assert.NotContains(t, p.output(), fmt.Sprintf("pushed %d rounds", rounds), "%s finished before the restart: make the run longer", p.name)
+	}
+	for _, p := range joints {
+		p.waitFor(t, "exact sums")
+	}
+	for _, p := range append([]*proc{sched}, joints...) {
+		assert.Zero(t, p.exitCode(t), "%s exited non-zero:\n%s", p.name, p.output())
+		assert.NotContains(t, p.output(), "COMPAT FAIL", p.name)
+		assert.NotContains(t, p.output(), "lost nodes", p.name)
+	}
+	assert.Contains(t, sched.output(), "rebuilt the running job from 4 live nodes", "both nodes of both processes re-registered")
+}
