@@ -50,11 +50,7 @@ func messageBytes(m *message.Message) int {
 // from the node's environment (a bridge node's setenv included). An
 // invalid value is logged and the default taken.
 func reportInterval(po *postoffice.Postoffice) time.Duration {
-	env := po.Config().Env
-	if env == nil {
-		env = postoffice.OSEnv
-	}
-	v, ok := env("PS_REPORT_INTERVAL")
+	v, ok := po.Config().LookupEnv("PS_REPORT_INTERVAL")
 	if !ok || strings.TrimSpace(v) == "" {
 		return time.Second
 	}

@@ -238,6 +238,15 @@ type Getenv func(key string) (string, bool)
 // OSEnv reads the process environment.
 func OSEnv(key string) (string, bool) { return os.LookupEnv(key) }
 
+// LookupEnv looks key up where the node's configuration came from
+// (Config.Env; the process environment when it is nil).
+func (c Config) LookupEnv(key string) (string, bool) {
+	if c.Env == nil {
+		return OSEnv(key)
+	}
+	return c.Env(key)
+}
+
 // ConfigFromEnv builds a Config from ps-lite's environment variables. The
 // first missing or invalid required variable yields an *EnvError.
 func ConfigFromEnv(env Getenv) (Config, error) {

@@ -28,11 +28,7 @@ func NewTransport(cfg Config) (van.Transport, error) {
 // vanName is what the node's logs call the van cfg selects: "samehost"
 // where PS_SHM_AUTO / BYTEPS_ENABLE_IPC turned tcp into it.
 func vanName(cfg Config) string {
-	env := cfg.Env
-	if env == nil {
-		env = OSEnv
-	}
-	if kind, err := anyvan.Kind(cfg.VanType, env); err == nil {
+	if kind, err := anyvan.Kind(cfg.VanType, cfg.LookupEnv); err == nil {
 		return kind
 	}
 	return cfg.VanType
