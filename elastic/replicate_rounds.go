@@ -324,41 +324,28 @@ type stateReplacer interface {
 
 // appendState appends a copy of [begin, end) — the handler's state
 // through its Migrator and the sync gate's — to dst, in exportState's
-// format, leaving the keys in place.
+// format, leaving the keys in place: with the handler's AppendSnapshot if
+// it has one (written straight into dst), else its Snapshot, else by an
+// Export imported back at once (which decodes and reallocates every value
+// of the interval).
 func (e *serverAgent) appendState(dst []byte, begin, end uint64) ([]byte, error) {
-	if c, ok := e.migrator().(stateAppender); ok {
-		var syncState []byte
-		if e.sync != nil {
-			syncState = e.sync.Snapshot(begin, end)
-		}
+	var syncState []byte
+	if e.sync != nil {
+		syncState = e.sync.Snapshot(begin, end)
+	}
+	switch c := e.migrator().(type) {
+	case stateAppender:
 		b, err := c.AppendSnapshot(e.appendWrapHeader(dst, syncState, stateMigrator), begin, end)
 		if err != nil {
 			return nil, fmt.Errorf("the handler could not copy keys [%d, %d): %w", begin, end, err)
 		}
 		return b, nil
-	}
-	state, err := e.copyState(begin, end)
-	if err != nil {
-		return nil, err
-	}
-	return append(dst, state...), nil
-}
-
-// copyState copies [begin, end) — the handler's state through its
-// Migrator and the sync gate's — for a backup, leaving it in place: with
-// the handler's Snapshot if it has one, else by an Export imported back at
-// once (which decodes and reallocates every value of the interval).
-func (e *serverAgent) copyState(begin, end uint64) ([]byte, error) {
-	var syncState []byte
-	if e.sync != nil {
-		syncState = e.sync.Snapshot(begin, end)
-	}
-	if c, ok := e.migrator().(stateCopier); ok {
+	case stateCopier:
 		st, err := c.Snapshot(begin, end)
 		if err != nil {
 			return nil, fmt.Errorf("the handler could not copy keys [%d, %d): %w", begin, end, err)
 		}
-		return e.wrapState(syncState, stateMigrator, st), nil
+		return append(e.appendWrapHeader(dst, syncState, stateMigrator), st...), nil
 	}
 	state, err := e.exportState(begin, end, syncState)
 	if err != nil {
@@ -374,7 +361,7 @@ func (e *serverAgent) copyState(begin, end uint64) ([]byte, error) {
 	if err := e.importHandlerState(own); err != nil {
 		return nil, err
 	}
-	return state, nil
+	return append(dst, state...), nil
 }
 
 // ReplicationReceived counts what the node's server received as a backup
