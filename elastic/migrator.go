@@ -17,7 +17,13 @@ package elastic
 // A Migrator that also has Snapshot(begin, end uint64) ([]byte, error),
 // returning what Export would but keeping the keys (kv.DefaultHandler and
 // paramstore.Store do), is copied with it for backups (PS_REPLICAS)
-// instead of by an Export imported back at once.
+// instead of by an Export imported back at once; one with
+// AppendSnapshot(dst []byte, begin, end uint64) ([]byte, error), which
+// appends that copy to dst, has it written straight into the message
+// carrying it. On a backup, a Migrator with Replace(begin, end uint64,
+// state []byte) error, which makes [begin, end) hold exactly the copy's
+// keys (all or nothing, reusing its buffers), installs copies with it
+// instead of an Export of the old copy and an Import of the new one.
 type Migrator interface {
 	Export(begin, end uint64) ([]byte, error)
 	Import(state []byte) error
