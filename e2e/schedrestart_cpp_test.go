@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,23 +111,17 @@ func TestSchedulerKilledAndRestartedMultiCustomer(t *testing.T) {
 	}
 }
 
-// The same with instance groups (DMLC_GROUP_SIZE=2, the BytePS fork's
-// joint processes: compat_tests' test_instance_groups, one server process
-// and two worker processes of two instances each, every instance its own
-// node): each instance re-registers with its id, the workers push on, the
-// group and instance barriers after the restart work, the sums are exact
-// and every process exits 0.
+// The same with the BytePS fork's instance groups (DMLC_GROUP_SIZE=2:
+// compat_tests' test_instance_groups, one server process and two worker
+// processes of two instances each, every instance its own node): each
+// instance re-registers with its id, the workers push on, the group and
+// instance barriers after the restart work, the sums are exact and every
+// process exits 0.
 func TestSchedulerKilledAndRestartedInstanceGroups(t *testing.T) {
 	t.Parallel() // waits on the restart delay and heartbeat timers, not the CPU
 	prog := compatProgram(t, "test_instance_groups")
-	port := porttest.Free(t)
-	const rounds = 1500 // 5 ms apart: past the restart
-	env := func(extra ...string) []string {
-		return append([]string{"DMLC_NUM_SERVER=1", "DMLC_NUM_WORKER=2", "DMLC_GROUP_SIZE=2", "DMLC_PS_ROOT_URI=127.0.0.1",
-			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
-			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1",
-			fmt.Sprintf("IG_ROUNDS=%d", rounds), "IG_ROUND_SLEEP_MS=5"}, extra...)
-	}
+	env := roundsJobEnv(t, "DMLC_NUM_SERVER=1", "DMLC_NUM_WORKER=2", "DMLC_GROUP_SIZE=2",
+		fmt.Sprintf("IG_ROUNDS=%d", restartRounds), "IG_ROUND_SLEEP_MS=5")
 	add := newE2EJob(t).add
 	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
 	server := add(start(t, "server", env("DMLC_ROLE=server", "DMLC_RANK=0"), prog))
@@ -134,24 +129,7 @@ func TestSchedulerKilledAndRestartedInstanceGroups(t *testing.T) {
 	for i := range 2 {
 		workers = append(workers, add(start(t, fmt.Sprintf("worker%d", i), env("DMLC_ROLE=worker", fmt.Sprintf("DMLC_RANK=%d", i)), prog)))
 	}
-	for _, w := range workers {
-		w.waitFor(t, "pushed 100 rounds")
-	}
-	kill9(t, sched)
-	time.Sleep(2 * time.Second)
-	sched = add(start(t, "scheduler-restarted", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
-	sched.waitFor(t, "restarted into a running job")
-	for _, w := range workers {
-		assert.NotContains(t, w.output(), fmt.Sprintf("pushed %d rounds", rounds), "%s finished before the restart: make the run longer", w.name)
-	}
-	for _, w := range workers {
-		w.waitFor(t, fmt.Sprintf("exact sums after %d rounds", rounds))
-	}
-	for _, p := range append([]*proc{sched, server}, workers...) {
-		assert.Zero(t, p.exitCode(t), "%s exited non-zero:\n%s", p.name, p.output())
-		assert.NotContains(t, p.output(), "COMPAT FAIL", p.name)
-		assert.NotContains(t, p.output(), "lost nodes", p.name)
-	}
+	sched = restartDuringRounds(t, add, env, sched, workers, fmt.Sprintf("exact sums after %d rounds", restartRounds), server)
 	assert.Contains(t, sched.output(), "rebuilt the running job from 6 live nodes", "all six instances re-registered")
 }
 
@@ -163,37 +141,56 @@ func TestSchedulerKilledAndRestartedInstanceGroups(t *testing.T) {
 func TestSchedulerKilledAndRestartedJoint(t *testing.T) {
 	t.Parallel() // waits on the restart delay and heartbeat timers, not the CPU
 	prog := compatProgram(t, "test_joint")
-	port := porttest.Free(t)
-	const rounds = 1500 // 5 ms apart: past the restart
-	env := func(extra ...string) []string {
-		return append([]string{"DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=2", "DMLC_PS_ROOT_URI=127.0.0.1",
-			fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
-			"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1",
-			fmt.Sprintf("JOINT_ROUNDS=%d", rounds), "JOINT_ROUND_SLEEP_MS=5"}, extra...)
-	}
+	env := roundsJobEnv(t, "DMLC_NUM_SERVER=2", "DMLC_NUM_WORKER=2",
+		fmt.Sprintf("JOINT_ROUNDS=%d", restartRounds), "JOINT_ROUND_SLEEP_MS=5")
 	add := newE2EJob(t).add
 	sched := add(start(t, "scheduler", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
 	var joints []*proc
 	for i := range 2 {
 		joints = append(joints, add(start(t, fmt.Sprintf("joint%d", i), env("DMLC_ROLE=joint"), prog)))
 	}
-	for _, p := range joints {
+	sched = restartDuringRounds(t, add, env, sched, joints, "exact sums")
+	assert.Contains(t, sched.output(), "rebuilt the running job from 4 live nodes", "both nodes of both processes re-registered")
+}
+
+// restartRounds is how often the programs of restartDuringRounds push,
+// 5 ms apart: past the scheduler's restart.
+const restartRounds = 1500
+
+// roundsJobEnv is the environment of a job of compat programs on a port of
+// its own, with heartbeats (the nodes find the scheduler lost), plus
+// extra; the function adds a process's own variables.
+func roundsJobEnv(t *testing.T, extra ...string) func(...string) []string {
+	port := porttest.Free(t)
+	base := append([]string{"DMLC_PS_ROOT_URI=127.0.0.1", fmt.Sprintf("DMLC_PS_ROOT_PORT=%d", port), "DMLC_NODE_HOST=127.0.0.1",
+		"PS_HEARTBEAT_INTERVAL=1", "PS_HEARTBEAT_TIMEOUT=4", "PS_VERBOSE=1"}, extra...)
+	return func(own ...string) []string { return append(slices.Clone(base), own...) }
+}
+
+// restartDuringRounds kills sched with SIGKILL once every pusher printed
+// "pushed 100 rounds", starts it again 2 s later with env and returns it,
+// after checking that the job went on through the restart: no pusher had
+// pushed all restartRounds rounds before it, each prints done, and every
+// process (others too) exits 0 without a COMPAT FAIL or a lost node.
+func restartDuringRounds(t *testing.T, add func(*proc) *proc, env func(...string) []string, sched *proc, pushers []*proc, done string, others ...*proc) *proc {
+	t.Helper()
+	for _, p := range pushers {
 		p.waitFor(t, "pushed 100 rounds")
 	}
 	kill9(t, sched)
 	time.Sleep(2 * time.Second)
 	sched = add(start(t, "scheduler-restarted", env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
 	sched.waitFor(t, "restarted into a running job")
-	for _, p := range joints {
-		assert.NotContains(t, p.output(), fmt.Sprintf("pushed %d rounds", rounds), "%s finished before the restart: make the run longer", p.name)
+	for _, p := range pushers {
+		assert.NotContains(t, p.output(), fmt.Sprintf("pushed %d rounds", restartRounds), "%s finished before the restart: make the run longer", p.name)
 	}
-	for _, p := range joints {
-		p.waitFor(t, "exact sums")
+	for _, p := range pushers {
+		p.waitFor(t, done)
 	}
-	for _, p := range append([]*proc{sched}, joints...) {
+	for _, p := range slices.Concat([]*proc{sched}, others, pushers) {
 		assert.Zero(t, p.exitCode(t), "%s exited non-zero:\n%s", p.name, p.output())
 		assert.NotContains(t, p.output(), "COMPAT FAIL", p.name)
 		assert.NotContains(t, p.output(), "lost nodes", p.name)
 	}
-	assert.Contains(t, sched.output(), "rebuilt the running job from 4 live nodes", "both nodes of both processes re-registered")
+	return sched
 }
