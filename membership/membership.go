@@ -102,6 +102,10 @@ type Member struct {
 	// after Shutdown, and that must become ErrShutdown instead.
 	stateMu  sync.Mutex
 	shutdown bool // guarded by stateMu
+	// closing is set as Shutdown begins; memberlist's own logger reads it
+	// (logWriter) to tell a send racing the close of its sockets from a
+	// real send error.
+	closing atomic.Bool
 
 	// table mirrors memberlist's live members. memberlist's Members returns
 	// pointers into nodes it keeps updating under its own lock, so reading
@@ -163,7 +167,7 @@ func Start(cfg Config) (*Member, error) {
 	h := &hooks{m: m}
 	mc.Delegate = h
 	mc.Events = h
-	mc.Logger = log.New(&logWriter{log: lg.With("component", "memberlist")}, "", 0)
+	mc.Logger = log.New(&logWriter{log: lg.With("component", "memberlist"), closing: &m.closing}, "", 0)
 
 	if cfg.Lifelines {
 		if err := m.listenLifelines(mc.BindAddr); err != nil {
@@ -348,6 +352,7 @@ func (m *Member) Shutdown() error {
 		return nil
 	}
 	m.shutdown = true
+	m.closing.Store(true)
 	err := m.ml.Shutdown()
 	m.stateMu.Unlock()
 	m.bgMu.Lock()
@@ -469,12 +474,22 @@ func (h *hooks) NotifyUpdate(n *memberlist.Node) { h.m.enqueue(Update, n) }
 // logWriter turns memberlist's log lines, "[LEVEL] memberlist: text", into
 // slog records at the matching level. memberlist takes a *log.Logger, which
 // calls Write once per line.
-type logWriter struct{ log *slog.Logger }
+// logWriter turns memberlist's log lines into slog records.
+type logWriter struct {
+	log *slog.Logger
+	// closing, once set, demotes errors about sockets memberlist closed
+	// itself: its gossip ticker may still be sending as Shutdown closes the
+	// transport, and that is no fault of the job's.
+	closing *atomic.Bool
+}
 
 var _ io.Writer = (*logWriter)(nil)
 
 func (w *logWriter) Write(p []byte) (int, error) {
 	level, msg := parseLogLine(p)
+	if level >= slog.LevelWarn && w.closing != nil && w.closing.Load() && strings.Contains(msg, net.ErrClosed.Error()) {
+		level = slog.LevelDebug
+	}
 	ctx := context.Background()
 	// memberlist logs every stream connection at DEBUG; skip building the
 	// record when the handler would drop it.

@@ -395,6 +395,30 @@ func TestParseLogLine(t *testing.T) {
 	}
 }
 
+// TestClosedSocketErrorsAfterShutdownAreDebug: memberlist's gossip ticker
+// may send on the socket Shutdown just closed, and logs it as [ERR]; once
+// Shutdown began that line is demoted to DEBUG, while the same line before
+// it, and any other error after it, stays an error.
+func TestClosedSocketErrorsAfterShutdownAreDebug(t *testing.T) {
+	logs := &bytes.Buffer{}
+	var closing atomic.Bool
+	w := &logWriter{log: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})), closing: &closing}
+	closedLine := "[ERR] memberlist: Failed to send gossip to 127.0.0.1:1: write udp 127.0.0.1:2->127.0.0.1:1: use of closed network connection\n"
+	otherLine := "[ERR] memberlist: Failed to send gossip to 127.0.0.1:1: write udp: connection refused\n"
+
+	_, _ = w.Write([]byte(closedLine))
+	assert.Contains(t, logs.String(), "level=ERROR", "a closed socket before Shutdown is an error")
+	logs.Reset()
+
+	closing.Store(true)
+	_, _ = w.Write([]byte(closedLine))
+	assert.Contains(t, logs.String(), "level=DEBUG msg=\"Failed to send gossip")
+	assert.NotContains(t, logs.String(), "level=ERROR")
+	logs.Reset()
+	_, _ = w.Write([]byte(otherLine))
+	assert.Contains(t, logs.String(), "level=ERROR", "other errors during Shutdown stay errors")
+}
+
 // TestMemberlistLogsReachSlog checks the adapter end to end: memberlist's
 // own lines arrive as slog records at the mapped level, tagged with the
 // member and component.
