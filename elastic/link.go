@@ -25,8 +25,14 @@ type Link struct {
 	metrics *Metrics
 
 	mu      sync.Mutex
-	waiters map[int32]func(kv.SimpleData)
+	waiters map[int32]waiter // by request timestamp
 	handle  Handler
+}
+
+// waiter is a request waiting for its answer.
+type waiter struct {
+	node int32
+	f    func(kv.SimpleData)
 }
 
 // NewLink registers the elastic app and the elastic metrics (NewMetrics) on
@@ -44,14 +50,22 @@ func NewLink(po *postoffice.Postoffice) (*Link, error) {
 	// of any size; in the meta, one over PS_MAX_META_BYTES would be
 	// refused and its caller left waiting.
 	app.SetBodyInData(true)
-	l := &Link{app: app, po: po, metrics: m, waiters: map[int32]func(kv.SimpleData){}}
+	l := &Link{app: app, po: po, metrics: m, waiters: map[int32]waiter{}}
 	app.SetResponseHandler(func(d kv.SimpleData, _ *kv.SimpleApp) {
 		l.mu.Lock()
-		f := l.waiters[d.Timestamp]
+		w, ok := l.waiters[d.Timestamp]
 		delete(l.waiters, d.Timestamp)
 		l.mu.Unlock()
-		if f != nil {
-			f(d)
+		if ok {
+			w.f(d)
+		}
+	})
+	// A dead node answers nothing: its waiters would stay until the link
+	// closes. Call's callers learn of the death themselves, and Go's
+	// caller decides without an answer (see Go).
+	po.OnNodeGone(func(ev postoffice.NodeEvent) {
+		if ev.Dead {
+			l.forgetNode(ev.ID)
 		}
 	})
 	app.SetRequestHandler(func(d kv.SimpleData, a *kv.SimpleApp) {
@@ -93,7 +107,7 @@ func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) 
 		l.mu.Unlock()
 		return nil, err
 	}
-	l.waiters[ts] = func(d kv.SimpleData) { ch <- d }
+	l.waiters[ts] = waiter{node, func(d kv.SimpleData) { ch <- d }}
 	l.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
@@ -107,7 +121,7 @@ func (l *Link) Call(node int32, head int32, body []byte, timeout time.Duration) 
 		// would only hold up what comes next (a failover waits for the
 		// move that called it).
 		changed := l.po.GoneChanged()
-		if g, ok := l.po.Gone(node); ok && g.Dead {
+		if g, ok := l.dead(node); ok {
 			select {
 			case d := <-ch: // it answered before it died
 				return answer(node, d)
@@ -162,18 +176,49 @@ func answer(node int32, d kv.SimpleData) ([]byte, error) {
 
 // Go sends a request to node without waiting: done gets the answer (or the
 // node's error) on the link's receive goroutine, so it must not block. It
-// is never called when no answer comes; the caller decides how long to
-// wait (a replicating primary waits until the node answers or leaves the
-// routing table). The returned error is the send's.
+// is never called when no answer comes, nor once the node was declared
+// dead; the caller decides how long to wait (a replicating primary waits
+// until the node answers or leaves the routing table). The returned error
+// is the send's.
 func (l *Link) Go(node int32, head int32, body []byte, done func([]byte, error)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// Checked under mu: a death recorded after this check is forgotten
+	// (forgetNode) only after this waiter is in.
+	if g, ok := l.dead(node); ok {
+		return fmt.Errorf("elastic: node %d: %w (%s); its %s request is not sent", node, ErrNodeDead, g.Reason, MessageName(head))
+	}
 	ts, err := l.app.Request(head, body, int(node))
 	if err != nil {
 		return err
 	}
-	l.waiters[ts] = func(d kv.SimpleData) { done(answer(node, d)) }
+	l.waiters[ts] = waiter{node, func(d kv.SimpleData) { done(answer(node, d)) }}
 	return nil
+}
+
+// dead reports whether node was declared dead and no new process took
+// over its id (is_recovery) since.
+func (l *Link) dead(node int32) (postoffice.GoneNode, bool) {
+	g, ok := l.po.Gone(node)
+	return g, ok && g.Dead && !g.Replaced
+}
+
+// forgetNode drops the waiters of requests to node.
+func (l *Link) forgetNode(node int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for ts, w := range l.waiters {
+		if w.node == node {
+			delete(l.waiters, ts)
+		}
+	}
+}
+
+// waiting is the number of requests waiting for their answers.
+func (l *Link) waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.waiters)
 }
 
 // Metrics are the elastic metrics of the link's node.

@@ -618,7 +618,7 @@ func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 		if err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
+		if errors.Is(err, ErrNodeDead) || time.Now().After(deadline) {
 			log.Error("elastic: seed not sent to the new backup", "err", err)
 			return false
 		}
