@@ -125,6 +125,44 @@ func TestInterruptedMoveResolvedAfterRestart(t *testing.T) {
 	}
 }
 
+// The same deaths with PS_REPLICAS=1 (3 servers) lose nothing. The old
+// owner died after its export: its backup holds every push it applied
+// (pushes for the keys were parked on the new owner since the cut), so the
+// keys go back to it and its failover promotes the backup. The new owner
+// died after its install: it applied nothing before the move's commit
+// table, so the old owner's export is whole and goes back to it. The
+// workers push on, their sums are exact and every live process exits 0.
+func TestInterruptedReplicatedMoveWithADeadOwner(t *testing.T) {
+	t.Parallel() // kills the scheduler and waits 2 s and on heartbeats, not the CPU; its own ports
+	for _, tc := range []struct {
+		name, phase, outcome string
+		victim               int32
+	}{
+		{"old-owner", "export", "for its failover", 8},
+		{"new-owner", "import", "rolled back (the export went back to the old owner)", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // a job of its own that waits 2 s and on heartbeats
+			j := startHaltedMove(t, tc.phase, 3, "PS_REPLICAS=1")
+			victim := j.serverWithID(t, tc.victim)
+			kill9(t, victim)
+			j.servers = slices.DeleteFunc(j.servers, func(p *proc) bool { return p == victim })
+			resolved := j.restartScheduler(t)
+			assert.Contains(t, resolved, tc.outcome, resolved)
+			if tc.victim == 8 {
+				j.sched.waitFor(t, "coord: failover")
+				assert.Contains(t, lastLine(j.sched.output(), "coord: failover"), "lost=0 ")
+			}
+			status := j.ctl("status")
+			require.Regexp(t, regexp.MustCompile(`(?m)^0\s+\d+\s+(8|10|12)\s*$`), status, "keys [0, 1000) moving no more:\n%s", status)
+			require.NotRegexp(t, regexp.MustCompile(fmt.Sprintf(`(?m)^0\s+\d+\s+%d\s*$`, tc.victim)), status, "keys [0, 1000) still on the dead server:\n%s", status)
+			j.pushOn(t, "after the move was resolved")
+			j.finish(t)
+			assert.NotContains(t, j.sched.output(), "are lost")
+		})
+	}
+}
+
 // serverWithID is the server process that has node id id.
 func (j *schedRestartJob) serverWithID(t *testing.T, id int32) *proc {
 	t.Helper()

@@ -165,6 +165,35 @@ func TestSchedulerKilledAndRestartedReplicated(t *testing.T) {
 	j.finish(t)
 }
 
+// A server of a replicated job killed while the scheduler is down: the
+// workers' operations on it wait (nobody can declare it dead meanwhile,
+// and its intervals have backups) instead of failing after
+// PS_HEARTBEAT_TIMEOUT; the restarted scheduler finds it missing, fails it
+// over losing nothing, and the workers re-send what waited on it. Sums are
+// exact, and every process but the killed server exits 0.
+func TestServerDiesWhileTheSchedulerIsDown(t *testing.T) {
+	t.Parallel() // kills the scheduler and waits 2 s and on heartbeats, not the CPU; its own ports
+	j := startSchedRestartJob(t, true, 3, "PS_REPLICAS=1")
+	j.sched.waitFor(t, "coord: backups placed")
+	victim := j.servers[1]
+	kill9(t, j.sched)
+	for _, p := range append(slices.Clone(j.servers), j.workers...) {
+		p.waitFor(t, "the scheduler is unreachable")
+	}
+	kill9(t, victim)
+	j.servers = slices.DeleteFunc(j.servers, func(p *proc) bool { return p == victim })
+	// two heartbeat timeouts with the server dead and the scheduler lost:
+	// before, the workers' operations on it failed by now
+	time.Sleep(5 * time.Second)
+	j.sched = j.add(start(t, "scheduler-restarted", j.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	j.sched.waitFor(t, "restarted into a running job")
+	j.sched.waitFor(t, "coord: failover")
+	assert.Contains(t, lastLine(j.sched.output(), "coord: failover"), "lost=0 ")
+	j.pushOn(t, "after the failover")
+	j.finish(t)
+	assert.NotContains(t, j.sched.output(), "are lost")
+}
+
 // routesOf is the routes="..." field of a coordinator log line.
 func routesOf(line string) string {
 	_, after, _ := strings.Cut(line, "routes=")

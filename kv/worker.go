@@ -1065,6 +1065,16 @@ func (w *Worker) sweep(sw *sweep) {
 	var hits []hit
 	var resend []int32
 	now := time.Now()
+	// With PS_REPLICAS, a silent server whose intervals have backups
+	// fails over once the scheduler is back (a restarted one declares the
+	// servers that did not re-register dead): its operations wait for that
+	// re-send rather than fail, until the scheduler's loss is final.
+	var routes *routing.Routes
+	if sw.node == 0 && w.failover {
+		if g, gone := w.po.Gone(message.SchedulerID); !gone || !g.Dead {
+			routes = w.table.Current()
+		}
+	}
 	w.c.tmu.Lock()
 	for ts, r := range w.c.pending {
 		if o, ok := r.state.(*op); ok && w.failover && sw.node != 0 && slices.Contains(o.waiting, sw.node) {
@@ -1079,6 +1089,9 @@ func (w *Worker) sweep(sw *sweep) {
 			if sw.node == 0 && w.po.HeardFrom(n).After(sw.before) {
 				continue // it answers the node's probes: alive
 			}
+			if routes != nil && awaitsFailover(routes, n) {
+				continue // its failover re-sends it
+			}
 			if sw.node == 0 || n == sw.node {
 				hits = append(hits, hit{ts, n, now.Sub(o.start)})
 			}
@@ -1092,11 +1105,16 @@ func (w *Worker) sweep(sw *sweep) {
 	slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(a.ts, b.ts) })
 	for _, h := range hits {
 		err := w.deadServer(h.node)
-		if sw.node == 0 {
+		switch {
+		case sw.node == 0 && w.failover && awaitsFailover(w.table.Current(), h.node):
+			since, _ := w.po.SchedulerLost()
+			err = fmt.Errorf("kv: request %d waited %s for server %d (rank %d), which has not answered since the scheduler became unreachable %s ago; the scheduler, which would fail that server over to its backup, did not come back within PS_SCHEDULER_WAIT: the request fails; restart the job",
+				h.ts, h.waited.Round(time.Millisecond), h.node, message.IDToRank(int(h.node)), now.Sub(since).Round(time.Millisecond))
+		case sw.node == 0:
 			since, _ := w.po.SchedulerLost()
 			err = fmt.Errorf("kv: request %d waited %s for server %d (rank %d), which has not answered for longer than PS_HEARTBEAT_TIMEOUT while the scheduler is unreachable (no answer to heartbeats for PS_HEARTBEAT_TIMEOUT, found %s ago), so nobody can tell whether that server is alive: the request fails; restart the job",
 				h.ts, h.waited.Round(time.Millisecond), h.node, message.IDToRank(int(h.node)), now.Sub(since).Round(time.Millisecond))
-		} else {
+		default:
 			err = fmt.Errorf("kv: request %d: %w", h.ts, err)
 		}
 		m := &message.Message{Meta: message.NewMeta()}
