@@ -68,6 +68,7 @@ type forwarded struct {
 	waits  []int32 // backups that have not answered
 	dup    bool    // a push applied here before: answered without the handler
 	failed error   // a backup could not apply it: answered with this error
+	sent   time.Time
 }
 
 // seeding copies an interval to a new backup; the interval's requests are
@@ -129,7 +130,7 @@ func (e *serverAgent) replicate(m *message.Message, lo, hi uint64, push bool) (h
 	if len(rp.queue) == 0 && len(to) == 0 && !dup {
 		return false
 	}
-	f := &forwarded{m: m, lo: lo, hi: hi, dup: dup}
+	f := &forwarded{m: m, lo: lo, hi: hi, dup: dup, sent: time.Now()}
 	rp.queue = append(rp.queue, f)
 	if len(to) > 0 {
 		body := encodeForward(m)
@@ -817,6 +818,12 @@ func (e *serverAgent) serverGone(ev postoffice.NodeEvent) {
 	if !ev.Dead {
 		return
 	}
+	if ev.ID == message.SchedulerID {
+		// Its loss is final: nobody will take a dead backup out of the
+		// table, so waiting for one would never end.
+		go e.expireBackupWaits()
+		return
+	}
 	e.mu.Lock()
 	switch ev.Role {
 	case message.RoleServer:
@@ -828,5 +835,65 @@ func (e *serverAgent) serverGone(ev postoffice.NodeEvent) {
 	e.release()
 	if e.shipsRounds() {
 		e.shipCheck() // a dead worker's leaving may close a round
+	}
+}
+
+// expireBackupWaits runs once the scheduler's loss is final
+// (PS_SCHEDULER_WAIT): from then on no routing table drops a dead backup,
+// so a push (or a round's state) that a backup has not answered within
+// PS_HEARTBEAT_TIMEOUT fails instead of waiting for ever. A forwarded push
+// is not applied here then, a round's pushes were: at most once, as when
+// a backup refuses them. Until the node stops.
+func (e *serverAgent) expireBackupWaits() {
+	timeout := e.po.Config().HeartbeatTimeout
+	if timeout <= 0 {
+		return // without heartbeats no scheduler loss is found
+	}
+	t := time.NewTicker(max(timeout/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-e.po.Done():
+			return
+		}
+		e.expireBackupWaitsOnce(time.Now().Add(-timeout), timeout)
+	}
+}
+
+// expireBackupWaitsOnce fails what has waited on backups since before.
+func (e *serverAgent) expireBackupWaitsOnce(before time.Time, timeout time.Duration) {
+	type late struct {
+		sh *shipment
+		b  int32
+	}
+	var ships []late
+	expired := 0
+	e.mu.Lock()
+	for _, f := range e.rep.queue {
+		if len(f.waits) > 0 && f.sent.Before(before) {
+			if f.failed == nil {
+				f.failed = fmt.Errorf("backup servers %v did not answer within PS_HEARTBEAT_TIMEOUT (%s), and the scheduler, which would take a dead backup out of the routing table, did not come back within PS_SCHEDULER_WAIT: the push fails; restart the job", f.waits, timeout)
+			}
+			f.waits = nil
+			expired++
+		}
+	}
+	for _, sh := range e.rep.ships {
+		if sh.sent.Before(before) {
+			for _, b := range sh.waits {
+				ships = append(ships, late{sh, b})
+			}
+		}
+	}
+	e.mu.Unlock()
+	if expired > 0 || len(ships) > 0 {
+		e.po.Logger().Error("elastic: pushes waited for backups that did not answer, with the scheduler gone for good; they fail", "pushes", expired, "round_states", len(ships), "timeout", timeout)
+	}
+	if expired > 0 {
+		e.release()
+	}
+	for _, l := range ships {
+		e.shipDone(l.sh, l.b, fmt.Errorf("it did not answer within PS_HEARTBEAT_TIMEOUT (%s), and the scheduler, which would take a dead backup out of the routing table, did not come back within PS_SCHEDULER_WAIT; restart the job", timeout))
 	}
 }

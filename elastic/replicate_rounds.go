@@ -57,6 +57,7 @@ type shipment struct {
 	rd    *round
 	waits []int32 // backups that have not installed it
 	batch []*heldAck
+	sent  time.Time
 }
 
 // shipRetry is how soon a copy that found the interval busy (a push in
@@ -198,7 +199,7 @@ func (e *serverAgent) shipMarker(m *message.Message) bool {
 		e.mu.Unlock()
 		return true
 	}
-	sh := &shipment{rd: rd, batch: rd.held, waits: to}
+	sh := &shipment{rd: rd, batch: rd.held, waits: to, sent: time.Now()}
 	rd.held = nil
 	rd.copying = true
 	seen := e.rep.seen.Export(k.begin, k.end)

@@ -200,3 +200,67 @@ func TestReplicatedPrimarySkipsARepeatedPush(t *testing.T) {
 		assert.Equal(t, []float32{8}, got, "server %d applied the push once", id)
 	}
 }
+
+// A server of a PS_REPLICAS=1 job dies while the scheduler is lost and the
+// scheduler never comes back. A push to a server whose backup is alive is
+// answered. A push on the dead server (the worker's wait), and one whose
+// primary forwarded it to the dead backup (the primary's wait), wait only
+// as long as the scheduler may still return to fail the server over
+// (PS_SCHEDULER_WAIT), then fail naming the server and why; the worker's
+// Finalize fails too.
+func TestReplicatedWaitEndsWhenTheSchedulerDoesNotComeBack(t *testing.T) {
+	t.Parallel() // waits on heartbeat timers, not the CPU
+	j := startJobWith(t, 3, 1, jobOpts{configure: func(c *postoffice.Config) {
+		replicated(1)(c)
+		c.HeartbeatTimeout = time.Second
+		c.SchedulerWait = 4 * time.Second
+	}})
+	r := j.waitReplicated(t, 1)
+	victim := j.servers[1]
+	dead := victim.MyNode().ID
+	var deadKey, orphanKey, liveKey uint64
+	var orphanPrimary int32
+	for _, iv := range r.Intervals {
+		switch {
+		case iv.Node == dead:
+			deadKey = iv.Begin + 1
+		case slices.Contains(iv.Backups, dead):
+			orphanKey, orphanPrimary = iv.Begin+1, iv.Node
+		default:
+			liveKey = iv.Begin + 1
+		}
+	}
+	require.NotZero(t, orphanPrimary, describe(r))
+	w := j.kvw[0]
+	j.Scheduler.Stop()
+	testutil.WaitFor(t, 10*time.Second, func() bool { _, lost := j.workers[0].SchedulerLost(); return lost },
+		func() string { return "the worker did not find the scheduler lost" })
+	victim.Stop()
+	start := time.Now()
+	onDead, err := kv.Push(w, []uint64{deadKey}, []float32{1}, nil, kv.Options{})
+	require.NoError(t, err)
+	orphan, err := kv.Push(w, []uint64{orphanKey}, []float32{1}, nil, kv.Options{})
+	require.NoError(t, err)
+	live, err := kv.Push(w, []uint64{liveKey}, []float32{1}, nil, kv.Options{})
+	require.NoError(t, err)
+	require.NoError(t, testutil.Within(t, 20*time.Second, func() error { return w.Wait(live) }, func() string { return "the push on a live server was not answered" }),
+		"a live server whose backup is alive answers without the scheduler")
+
+	for _, tc := range []struct {
+		ts   int32
+		want []string
+	}{
+		{onDead, []string{fmt.Sprintf("for server %d (rank %d)", dead, message.IDToRank(int(dead))), "did not come back within PS_SCHEDULER_WAIT"}},
+		{orphan, []string{fmt.Sprintf("server %d: backup servers [%d] did not answer", orphanPrimary, dead), "did not come back within PS_SCHEDULER_WAIT"}},
+	} {
+		err := testutil.Within(t, 30*time.Second, func() error { return w.Wait(tc.ts) }, func() string { return "the push never failed" })
+		require.Error(t, err)
+		for _, want := range tc.want {
+			assert.ErrorContains(t, err, want)
+		}
+		g, gone := j.workers[0].Gone(message.SchedulerID)
+		assert.True(t, gone && g.Dead, "push %d failed before the scheduler's loss was final (after %s)", tc.ts, time.Since(start))
+	}
+	err = testutil.Within(t, 10*time.Second, func() error { return j.workers[0].Finalize(0, true) }, func() string { return "Finalize did not return" })
+	assert.ErrorIs(t, err, postoffice.ErrNodesLost)
+}
