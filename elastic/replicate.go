@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -873,7 +875,7 @@ func (e *serverAgent) expireBackupWaitsOnce(before time.Time, timeout time.Durat
 	for _, f := range e.rep.queue {
 		if len(f.waits) > 0 && f.sent.Before(before) {
 			if f.failed == nil {
-				f.failed = fmt.Errorf("backup servers %v did not answer within PS_HEARTBEAT_TIMEOUT (%s), and the scheduler, which would take a dead backup out of the routing table, did not come back within PS_SCHEDULER_WAIT: the push fails; restart the job", f.waits, timeout)
+				f.failed = fmt.Errorf("%s did not answer within PS_HEARTBEAT_TIMEOUT (%s), and the scheduler, which would take a dead backup out of the routing table, did not come back within PS_SCHEDULER_WAIT: the push fails; restart the job", backupServers(f.waits), timeout)
 			}
 			f.waits = nil
 			expired++
@@ -896,4 +898,16 @@ func (e *serverAgent) expireBackupWaitsOnce(before time.Time, timeout time.Durat
 	for _, l := range ships {
 		e.shipDone(l.sh, l.b, fmt.Errorf("it did not answer within PS_HEARTBEAT_TIMEOUT (%s), and the scheduler, which would take a dead backup out of the routing table, did not come back within PS_SCHEDULER_WAIT; restart the job", timeout))
 	}
+}
+
+// backupServers names backups ids: "backup server 10", "backup servers 10, 12".
+func backupServers(ids []int32) string {
+	if len(ids) == 1 {
+		return fmt.Sprintf("backup server %d", ids[0])
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id))
+	}
+	return "backup servers " + strings.Join(parts, ", ")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
 	"github.com/elasticps/elasticps/routing"
+	"github.com/elasticps/elasticps/syncctl"
 )
 
 func replicated(k int) func(*postoffice.Config) {
@@ -208,10 +209,22 @@ func TestReplicatedPrimarySkipsARepeatedPush(t *testing.T) {
 // as long as the scheduler may still return to fail the server over
 // (PS_SCHEDULER_WAIT), then fail naming the server and why; the worker's
 // Finalize fails too.
+//
+// Under BSP the primary's wait is for the round's state it ships.
 func TestReplicatedWaitEndsWhenTheSchedulerDoesNotComeBack(t *testing.T) {
 	t.Parallel() // waits on heartbeat timers, not the CPU
+	for _, mode := range []syncctl.Mode{syncctl.ASP, syncctl.BSP} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			waitEndsWithoutTheScheduler(t, mode)
+		})
+	}
+}
+
+func waitEndsWithoutTheScheduler(t *testing.T, mode syncctl.Mode) {
 	j := startJobWith(t, 3, 1, jobOpts{configure: func(c *postoffice.Config) {
 		replicated(1)(c)
+		c.Sync.Mode = mode
 		c.HeartbeatTimeout = time.Second
 		c.SchedulerWait = 4 * time.Second
 	}})
@@ -251,7 +264,7 @@ func TestReplicatedWaitEndsWhenTheSchedulerDoesNotComeBack(t *testing.T) {
 		want []string
 	}{
 		{onDead, []string{fmt.Sprintf("for server %d (rank %d)", dead, message.IDToRank(int(dead))), "did not come back within PS_SCHEDULER_WAIT"}},
-		{orphan, []string{fmt.Sprintf("server %d: backup servers [%d] did not answer", orphanPrimary, dead), "did not come back within PS_SCHEDULER_WAIT"}},
+		{orphan, []string{fmt.Sprintf("server %d: backup server %d ", orphanPrimary, dead), "did not answer within PS_HEARTBEAT_TIMEOUT", "did not come back within PS_SCHEDULER_WAIT"}},
 	} {
 		err := testutil.Within(t, 30*time.Second, func() error { return w.Wait(tc.ts) }, func() string { return "the push never failed" })
 		require.Error(t, err)
