@@ -192,6 +192,11 @@ func TestServerDiesWhileTheSchedulerIsDown(t *testing.T) {
 	j.pushOn(t, "after the failover")
 	j.finish(t)
 	assert.NotContains(t, j.sched.output(), "are lost")
+	said := 0
+	for _, w := range j.workers {
+		said += strings.Count(w.output(), "waits for a restarted scheduler to fail it over")
+	}
+	assert.Positive(t, said, "no worker said what its operations wait for")
 }
 
 // routesOf is the routes="..." field of a coordinator log line.

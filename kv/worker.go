@@ -99,6 +99,10 @@ type Worker struct {
 	// awaitFailover) instead of failing.
 	failover bool
 	watching atomic.Bool // watchStale runs (schedloss.go)
+	// silentSaid are the servers whose operations wait for a failover
+	// while the scheduler is lost, once said in the log; used by sweep
+	// only, on the customer goroutine
+	silentSaid map[int32]bool
 
 	slicerMu sync.Mutex
 	slicer   Slicer // SetSlicer; nil: slice by the key ranges
@@ -1070,6 +1074,7 @@ func (w *Worker) sweep(sw *sweep) {
 	// servers that did not re-register dead): its operations wait for that
 	// re-send rather than fail, until the scheduler's loss is final.
 	var routes *routing.Routes
+	var waitFailover []int32
 	if sw.node == 0 && w.failover {
 		if g, gone := w.po.Gone(message.SchedulerID); !gone || !g.Dead {
 			routes = w.table.Current()
@@ -1090,6 +1095,7 @@ func (w *Worker) sweep(sw *sweep) {
 				continue // it answers the node's probes: alive
 			}
 			if routes != nil && awaitsFailover(routes, n) {
+				waitFailover = append(waitFailover, n)
 				continue // its failover re-sends it
 			}
 			if sw.node == 0 || n == sw.node {
@@ -1098,6 +1104,7 @@ func (w *Worker) sweep(sw *sweep) {
 		}
 	}
 	w.c.tmu.Unlock()
+	w.saySilent(waitFailover)
 	if len(resend) > 0 {
 		slices.Sort(resend)
 		go w.awaitFailover(sw.node, resend)
@@ -1122,6 +1129,22 @@ func (w *Worker) sweep(sw *sweep) {
 		if w.process(m, err) {
 			w.c.AddResponse(h.ts, 1)
 		}
+	}
+}
+
+// saySilent logs, once per server, that operations wait on silent
+// servers ids for their failover; sweep calls it.
+func (w *Worker) saySilent(ids []int32) {
+	for _, id := range ids {
+		if w.silentSaid[id] {
+			continue
+		}
+		if w.silentSaid == nil {
+			w.silentSaid = map[int32]bool{}
+		}
+		w.silentSaid[id] = true
+		w.po.Logger().Warn("kv: a server has not answered for PS_HEARTBEAT_TIMEOUT while the scheduler is lost; its intervals have backups, so what waits on it waits for a restarted scheduler to fail it over (it fails if the scheduler is not back within PS_SCHEDULER_WAIT)",
+			"server", id, "rank", message.IDToRank(int(id)))
 	}
 }
 
