@@ -427,6 +427,9 @@ func ConfigFromEnv(env Getenv) (Config, error) {
 	if c.Replicas > 0 && !c.Elastic {
 		return c, &EnvError{Var: "PS_REPLICAS", Value: strconv.Itoa(c.Replicas), Want: "0, or set PS_ELASTIC=1 too (the backups are recorded in elastic mode's routing table)"}
 	}
+	if c.Replicas > 0 && c.GossipPort == 0 && (c.HeartbeatInterval <= 0 || c.HeartbeatTimeout <= 0) {
+		return c, &EnvError{Var: "PS_REPLICAS", Value: strconv.Itoa(c.Replicas), Want: "0 while PS_GOSSIP_PORT=0 and heartbeats are off: nothing would find a dead server, so no backup would ever take its place; leave membership gossip on (PS_GOSSIP_PORT unset) or set PS_HEARTBEAT_INTERVAL and PS_HEARTBEAT_TIMEOUT"}
+	}
 	if c.Replicas > 0 && c.Replicas >= c.NumServers {
 		return c, &EnvError{Var: "PS_REPLICAS", Value: strconv.Itoa(c.Replicas), Want: fmt.Sprintf("fewer than DMLC_NUM_SERVER=%d (each backup is on another server)", c.NumServers)}
 	}

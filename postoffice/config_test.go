@@ -153,4 +153,15 @@ func TestConfigReplicas(t *testing.T) {
 	_, err = ConfigFromEnv(envOf(env))
 	var ee *EnvError
 	assert.ErrorAs(t, err, &ee)
+
+	// copies need something that finds a dead server: gossip (on by
+	// default in an elastic job) or heartbeats
+	env["PS_REPLICAS"], env["PS_GOSSIP_PORT"] = "1", "0"
+	_, err = ConfigFromEnv(envOf(env))
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, "PS_REPLICAS", ee.Var)
+	assert.ErrorContains(t, err, "nothing would find a dead server")
+	env["PS_HEARTBEAT_INTERVAL"], env["PS_HEARTBEAT_TIMEOUT"] = "1", "3"
+	_, err = ConfigFromEnv(envOf(env))
+	assert.NoError(t, err, "heartbeats find it")
 }
