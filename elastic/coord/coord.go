@@ -47,8 +47,8 @@ type Coordinator struct {
 	leaving  map[int32]bool // servers being drained: no backups go there (guarded by mu)
 	lost     map[int32]bool // dead servers whose intervals had no live backup (guarded by moveMu)
 	cmu      sync.Mutex
-	copies   map[int32]spans // per server, the keys it holds a seeded copy of as a backup (copies.go)
-	copyWake chan struct{}   // closed at the next seeding or table change (guarded by cmu)
+	copies   map[int32]routing.Spans // per server, the keys it holds a seeded copy of as a backup (copies.go)
+	copyWake chan struct{}           // closed at the next seeding or table change (guarded by cmu)
 
 	moveMu  sync.Mutex // one reconfiguration at a time
 	exports chan export
@@ -101,7 +101,7 @@ func New(po *postoffice.Postoffice) (*Coordinator, error) {
 	link.Handle(c.handle)
 	po.OnRebuild(c.rebuild)
 	if k := po.Config().Replicas; k > 0 {
-		c.replicas, c.lost, c.copies = k, map[int32]bool{}, map[int32]spans{}
+		c.replicas, c.lost, c.copies = k, map[int32]bool{}, map[int32]routing.Spans{}
 		po.OnNodeGone(c.serverGone)
 		go c.keepReplicated()
 	}

@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -15,68 +14,6 @@ import (
 // seeded copy of, and drops a span once a table no longer names the
 // server as the primary or a backup of it (the copy stops following).
 
-// span is the keys [begin, end).
-type span struct{ begin, end uint64 }
-
-// spans is a sorted list of disjoint, non-adjacent spans.
-type spans []span
-
-// add returns s with [b, e) added.
-func (s spans) add(b, e uint64) spans {
-	if b >= e {
-		return s
-	}
-	out := make(spans, 0, len(s)+1)
-	for _, x := range s {
-		if x.end < b || x.begin > e {
-			out = append(out, x)
-			continue
-		}
-		b, e = min(b, x.begin), max(e, x.end)
-	}
-	out = append(out, span{b, e})
-	slices.SortFunc(out, func(x, y span) int { return cmp.Compare(x.begin, y.begin) })
-	return out
-}
-
-// covers reports whether s holds every key of [b, e).
-func (s spans) covers(b, e uint64) bool {
-	for _, x := range s {
-		if x.begin <= b && b < x.end {
-			b = x.end
-		}
-		if b >= e {
-			return true
-		}
-	}
-	return b >= e
-}
-
-// within returns the parts of s inside the spans of keep.
-func (s spans) within(keep spans) spans {
-	var out spans
-	for _, x := range s {
-		for _, k := range keep {
-			if b, e := max(x.begin, k.begin), min(x.end, k.end); b < e {
-				out = out.add(b, e)
-			}
-		}
-	}
-	return out
-}
-
-// held returns, per server, the spans r names it the primary or a backup
-// of.
-func held(r *routing.Routes) map[int32]spans {
-	h := map[int32]spans{}
-	for _, iv := range r.Intervals {
-		for _, id := range append([]int32{iv.Node}, iv.Backups...) {
-			h[id] = h[id].add(iv.Begin, iv.End)
-		}
-	}
-	return h
-}
-
 // seeded records primary from's report (MsgSeeded) that it seeded its
 // backup of mv's keys: they count as a copy if the current table still
 // names mv.To a backup of them under from.
@@ -86,7 +23,7 @@ func (c *Coordinator) seeded(from int32, mv elastic.Move) {
 	r := c.table.Current()
 	for _, iv := range r.Intervals {
 		if b, e := max(iv.Begin, mv.Begin), min(iv.End, mv.End); b < e && iv.Node == from && slices.Contains(iv.Backups, mv.To) {
-			c.copies[mv.To] = c.copies[mv.To].add(b, e)
+			c.copies[mv.To] = c.copies[mv.To].Add(b, e)
 		}
 	}
 	c.wakeAll()
@@ -121,9 +58,9 @@ func (c *Coordinator) update(r *routing.Routes) {
 	if c.copies == nil {
 		return
 	}
-	h := held(r)
+	h := routing.Held(r)
 	for id, s := range c.copies {
-		if s = s.within(h[id]); len(s) == 0 {
+		if s = s.Within(h[id]); len(s) == 0 {
 			delete(c.copies, id)
 		} else {
 			c.copies[id] = s
@@ -138,7 +75,7 @@ func (c *Coordinator) assumeSeeded(r *routing.Routes) {
 	defer c.cmu.Unlock()
 	for _, iv := range r.Intervals {
 		for _, b := range iv.Backups {
-			c.copies[b] = c.copies[b].add(iv.Begin, iv.End)
+			c.copies[b] = c.copies[b].Add(iv.Begin, iv.End)
 		}
 	}
 }
@@ -155,7 +92,7 @@ func (c *Coordinator) seededOnly(r *routing.Routes, dead int32) *routing.Routes 
 		if iv.Node != dead {
 			continue
 		}
-		iv.Backups = slices.DeleteFunc(slices.Clone(iv.Backups), func(b int32) bool { return !c.copies[b].covers(iv.Begin, iv.End) })
+		iv.Backups = slices.DeleteFunc(slices.Clone(iv.Backups), func(b int32) bool { return !c.copies[b].Covers(iv.Begin, iv.End) })
 		if len(iv.Backups) == 0 {
 			iv.Backups = nil
 		}

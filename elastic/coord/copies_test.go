@@ -17,19 +17,6 @@ import (
 	"github.com/elasticps/elasticps/postoffice"
 )
 
-func TestSpans(t *testing.T) {
-	var s spans
-	s = s.add(10, 20).add(30, 40).add(20, 25).add(5, 5)
-	assert.Equal(t, spans{{10, 25}, {30, 40}}, s)
-	assert.True(t, s.covers(10, 25))
-	assert.True(t, s.covers(12, 13))
-	assert.False(t, s.covers(10, 26))
-	assert.False(t, s.covers(24, 31))
-	assert.Equal(t, spans{{10, 40}}, s.add(25, 30))
-	assert.Equal(t, spans{{15, 25}, {30, 32}}, s.within(spans{{15, 32}}))
-	assert.Empty(t, s.within(spans{{0, 10}, {25, 30}}))
-}
-
 // refusingImport is a server's Migrator that refuses to install copies
 // (Import and Replace) while refuse is set: a backup placed then is never seeded.
 type refusingImport struct {
@@ -59,7 +46,7 @@ func (c *Coordinator) allSeeded() bool {
 	defer c.cmu.Unlock()
 	for _, iv := range r.Intervals {
 		for _, b := range iv.Backups {
-			if !c.copies[b].covers(iv.Begin, iv.End) {
+			if !c.copies[b].Covers(iv.Begin, iv.End) {
 				return false
 			}
 		}

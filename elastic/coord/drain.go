@@ -142,14 +142,14 @@ func (c *Coordinator) handOverBackups(id int32) error {
 // addHolders publishes a table in which every interval the draining
 // server id backs up also has its new holders (replica.Place over the
 // other servers) and keeps id last; it returns the keys id backs up.
-func (c *Coordinator) addHolders(id int32) (spans, error) {
+func (c *Coordinator) addHolders(id int32) (routing.Spans, error) {
 	c.moveMu.Lock()
 	defer c.moveMu.Unlock()
 	r := c.table.Current()
-	var held spans
+	var held routing.Spans
 	for _, iv := range r.Intervals {
 		if iv.HasBackup(id) {
-			held = held.add(iv.Begin, iv.End)
+			held = held.Add(iv.Begin, iv.End)
 		}
 	}
 	out, changed := c.placeBackups(r, c.live(c.Servers()))
@@ -164,13 +164,13 @@ func (c *Coordinator) addHolders(id int32) (spans, error) {
 // unseeded returns an interval of r within held, with the first of its
 // backups other than the draining server id that holds no seeded copy of
 // it, if there is one. The caller holds cmu.
-func (c *Coordinator) unseeded(r *routing.Routes, id int32, held spans) (routing.Interval, bool) {
+func (c *Coordinator) unseeded(r *routing.Routes, id int32, held routing.Spans) (routing.Interval, bool) {
 	for _, iv := range r.Intervals {
-		if !held.covers(iv.Begin, iv.End) {
+		if !held.Covers(iv.Begin, iv.End) {
 			continue
 		}
 		for _, b := range iv.Backups {
-			if b != id && !c.copies[b].covers(iv.Begin, iv.End) {
+			if b != id && !c.copies[b].Covers(iv.Begin, iv.End) {
 				return routing.Interval{Begin: iv.Begin, End: iv.End, Node: iv.Node, Backups: []int32{b}}, true
 			}
 		}
@@ -180,7 +180,7 @@ func (c *Coordinator) unseeded(r *routing.Routes, id int32, held spans) (routing
 
 // awaitSeeded waits until every new holder of id's copies is seeded, or
 // until deadline.
-func (c *Coordinator) awaitSeeded(id int32, held spans, deadline time.Time) {
+func (c *Coordinator) awaitSeeded(id int32, held routing.Spans, deadline time.Time) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	for {
@@ -205,7 +205,7 @@ func (c *Coordinator) awaitSeeded(id int32, held spans, deadline time.Time) {
 // server id from every backup list, or (missing: a new holder was not
 // seeded) the one that drops the unseeded holders of the keys id still
 // backs up instead. The caller holds moveMu.
-func (c *Coordinator) finishHandOver(r *routing.Routes, id int32, held spans, missing bool) error {
+func (c *Coordinator) finishHandOver(r *routing.Routes, id int32, held routing.Spans, missing bool) error {
 	out := r.Clone()
 	c.cmu.Lock()
 	for i := range out.Intervals {
@@ -214,8 +214,8 @@ func (c *Coordinator) finishHandOver(r *routing.Routes, id int32, held spans, mi
 			continue
 		}
 		drop := func(b int32) bool { return b == id }
-		if missing && held.covers(iv.Begin, iv.End) {
-			drop = func(b int32) bool { return b != id && !c.copies[b].covers(iv.Begin, iv.End) }
+		if missing && held.Covers(iv.Begin, iv.End) {
+			drop = func(b int32) bool { return b != id && !c.copies[b].Covers(iv.Begin, iv.End) }
 		}
 		if iv.Backups = slices.DeleteFunc(slices.Clone(iv.Backups), drop); len(iv.Backups) == 0 {
 			iv.Backups = nil
