@@ -199,6 +199,50 @@ func TestServerDiesWhileTheSchedulerIsDown(t *testing.T) {
 	assert.Positive(t, said, "no worker said what its operations wait for")
 }
 
+// A restarted scheduler learns from the servers which backups hold a
+// seeded copy (elastic.MsgCopies) instead of taking every backup its table
+// names for one. 3 servers and a standby, PS_REPLICAS=1, and server 8
+// never seeds the standby (ELASTICPS_TEST_SEED_HALT=8:14): server 10 is
+// killed, its failover places backups on the standby, which stay
+// unseeded; the scheduler is killed and restarted; then server 8, whose
+// only backup is now the unseeded standby, is killed. Its keys are
+// reported lost (the standby holds nothing of them) rather than promoted
+// and served empty, and the job exits non-zero.
+func TestRestartedSchedulerDoesNotPromoteAnUnseededBackup(t *testing.T) {
+	t.Parallel() // kills the scheduler and waits 2 s and on heartbeats, not the CPU; its own ports
+	j := startSchedRestartJob(t, true, 3, "PS_REPLICAS=1", "ELASTICPS_TEST_SEED_HALT=8:14")
+	j.sched.waitFor(t, "coord: backups placed")
+	standby := j.add(start(t, "standby", j.env("DMLC_ROLE=server", "PS_STANDBY=1"), elasticpsBin, "server"))
+	standby.waitFor(t, "id=14")
+	kill9(t, j.serverWithID(t, 10))
+	j.sched.waitFor(t, "coord: failover")
+	require.Contains(t, lastLine(j.sched.output(), "coord: failover"), "lost=0 ")
+	j.serverWithID(t, 8).waitFor(t, "halted the seeding of a new backup")
+
+	j.restartScheduler2s(t)
+	j.sched.waitFor(t, "coord: a server's seeded copies")
+	r := lastLine(j.sched.output(), "routing table taken over")
+	require.Contains(t, r, "[14]", "the standby is a backup in the table the restarted scheduler took over: %s", r)
+	kill9(t, j.serverWithID(t, 8))
+	j.sched.waitFor(t, "dead=8 promoted=")
+	failover := lastLine(j.sched.output(), "dead=8 promoted=")
+	assert.Contains(t, failover, "lost=1 ", "the unseeded standby was promoted: %s", failover)
+	require.NoError(t, os.WriteFile(j.signal, nil, 0o644))
+	for _, w := range j.workers {
+		assert.NotZero(t, w.exitCode(t), "%s exited 0:\n%s", w.name, w.output())
+	}
+}
+
+// restartScheduler2s kills the scheduler with SIGKILL and starts it again
+// 2 s later with the same environment, then waits until it rebuilt the
+// job.
+func (j *schedRestartJob) restartScheduler2s(t *testing.T) {
+	kill9(t, j.sched)
+	time.Sleep(2 * time.Second)
+	j.sched = j.add(start(t, "scheduler-restarted", j.env("DMLC_ROLE=scheduler"), elasticpsBin, "scheduler"))
+	j.sched.waitFor(t, "restarted into a running job")
+}
+
 // routesOf is the routes="..." field of a coordinator log line.
 func routesOf(line string) string {
 	_, after, _ := strings.Cut(line, "routes=")

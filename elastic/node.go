@@ -3,6 +3,8 @@ package elastic
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -194,6 +196,16 @@ func newServerAgent(n *Node, s *kv.Server, mig Migrator) *serverAgent {
 	if n.po.Config().Replicas > 0 {
 		a.rep = newReplication()
 		a.rep.bsp = n.po.Config().Sync.Mode == syncctl.BSP
+		if v, ok := n.po.Config().LookupEnv("ELASTICPS_TEST_SEED_HALT"); ok {
+			p, b, _ := strings.Cut(v, ":")
+			primary, err1 := strconv.Atoi(p)
+			backup, err2 := strconv.Atoi(b)
+			if err1 != nil || err2 != nil {
+				n.po.Logger().Error("elastic: ELASTICPS_TEST_SEED_HALT is not PRIMARY:BACKUP (two node ids); ignored", "value", v)
+			} else {
+				a.rep.seedHalt = [2]int32{int32(primary), int32(backup)}
+			}
+		}
 		n.po.OnNodeGone(a.serverGone)
 	}
 	return a

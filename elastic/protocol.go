@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/elasticps/elasticps/routing"
 )
 
 // AppID is the app id of elasticps's elastic control messages
@@ -62,6 +64,10 @@ const (
 	// asks which moves this server is in the middle of; the reply body is
 	// MarshalMoveReports' (see MoveReport).
 	MsgMoves
+	// MsgCopies: scheduler -> server (PS_REPLICAS), empty body: a
+	// restarted scheduler asks which keys this server holds a seeded copy
+	// of as a backup; the reply body is MarshalSpans'.
+	MsgCopies
 )
 
 // MessageName names an elastic control message for logs and
@@ -96,6 +102,8 @@ func MessageName(head int32) string {
 		return "seeded"
 	case MsgMoves:
 		return "moves"
+	case MsgCopies:
+		return "copies"
 	}
 	return "message " + strconv.Itoa(int(head))
 }
@@ -142,6 +150,38 @@ func UnmarshalMove(b []byte) (Move, []byte, error) {
 		return m, nil, fmt.Errorf("elastic: move [%d, %d) is empty", m.Begin, m.End)
 	}
 	return m, b[moveWire:], nil
+}
+
+// MarshalSpans encodes s: its count, then each range's begin and end (8
+// bytes each, little endian).
+func MarshalSpans(s routing.Spans) []byte {
+	b := make([]byte, 0, 4+16*len(s))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+	for _, r := range s {
+		b = binary.LittleEndian.AppendUint64(b, r.Begin)
+		b = binary.LittleEndian.AppendUint64(b, r.End)
+	}
+	return b
+}
+
+// UnmarshalSpans decodes MarshalSpans' output.
+func UnmarshalSpans(b []byte) (routing.Spans, error) {
+	if len(b) < 4 {
+		return nil, fmt.Errorf("elastic: spans of %d bytes lack their 4-byte count", len(b))
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(len(b)-4) != 16*uint64(n) {
+		return nil, fmt.Errorf("elastic: %d spans need %d bytes after the count, got %d", n, 16*uint64(n), len(b)-4)
+	}
+	var s routing.Spans
+	for i := range int(n) {
+		begin, end := binary.LittleEndian.Uint64(b[4+16*i:]), binary.LittleEndian.Uint64(b[12+16*i:])
+		if begin >= end {
+			return nil, fmt.Errorf("elastic: span %d, [%d, %d), is empty", i, begin, end)
+		}
+		s = s.Add(begin, end)
+	}
+	return s, nil
 }
 
 func encodeU64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }

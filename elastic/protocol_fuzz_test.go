@@ -12,6 +12,7 @@ import (
 	"github.com/elasticps/elasticps/kv"
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/replica"
+	"github.com/elasticps/elasticps/routing"
 )
 
 // The bodies of elastic control messages come from other nodes of the job
@@ -36,6 +37,29 @@ func FuzzUnmarshalMove(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, mv, mv2)
 		require.Equal(t, rest, rest2)
+	})
+}
+
+func FuzzUnmarshalSpans(f *testing.F) {
+	testutil.FuzzSeeds(f,
+		MarshalSpans(nil),
+		MarshalSpans(routing.Spans{{Begin: 0, End: 10}, {Begin: 20, End: math.MaxUint64}}),
+		MarshalSpans(routing.Spans{{Begin: 5, End: 6}}),
+	)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := UnmarshalSpans(b)
+		if err != nil {
+			return
+		}
+		for i, r := range s {
+			require.Less(t, r.Begin, r.End)
+			if i > 0 {
+				require.Less(t, s[i-1].End, r.Begin, "sorted, disjoint, not adjacent")
+			}
+		}
+		s2, err := UnmarshalSpans(MarshalSpans(s))
+		require.NoError(t, err)
+		require.Equal(t, s, s2)
 	})
 }
 

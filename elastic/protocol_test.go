@@ -6,6 +6,7 @@ import (
 
 	"github.com/elasticps/elasticps/message"
 	"github.com/elasticps/elasticps/postoffice"
+	"github.com/elasticps/elasticps/routing"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -113,4 +114,21 @@ func TestMoveReportsRejectBadInput(t *testing.T) {
 	assert.ErrorContains(t, err, "is truncated")
 	_, err = UnmarshalMoveReports(good[:20])
 	assert.ErrorContains(t, err, "shorter than 32")
+}
+
+func TestSpansRoundTrip(t *testing.T) {
+	s := routing.Spans{{Begin: 0, End: 10}, {Begin: 20, End: 30}}
+	got, err := UnmarshalSpans(MarshalSpans(s))
+	require.NoError(t, err)
+	assert.Equal(t, s, got)
+	got, err = UnmarshalSpans(MarshalSpans(nil))
+	require.NoError(t, err)
+	assert.Empty(t, got)
+
+	_, err = UnmarshalSpans([]byte{1})
+	assert.ErrorContains(t, err, "lack their 4-byte count")
+	_, err = UnmarshalSpans(MarshalSpans(s)[:20])
+	assert.ErrorContains(t, err, "2 spans need 32 bytes after the count, got 16")
+	_, err = UnmarshalSpans(MarshalSpans(routing.Spans{{Begin: 7, End: 7}}))
+	assert.ErrorContains(t, err, "span 0, [7, 7), is empty")
 }

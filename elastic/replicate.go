@@ -36,6 +36,10 @@ type replication struct {
 	// seeds installed here by a primary named in a newer routing table
 	// than this server has yet: its forwards are taken meanwhile
 	ahead []Move
+	// copies are the keys this server holds a seeded copy of as a backup
+	// (besides ahead), as the tables since named it: what it tells a
+	// restarted scheduler (MsgCopies), which did not see the seedings
+	copies routing.Spans
 
 	// BSP: per interval this server is primary of, the pushes applied
 	// and waiting for the round's state to reach the backups
@@ -44,6 +48,9 @@ type replication struct {
 	markers sync.Map    // *message.Message -> *round: copy requests in the server's queue
 
 	bsp bool // PS_SYNC_MODE=bsp: rounds are shipped, pushes not forwarded
+	// seedHalt, for tests (ELASTICPS_TEST_SEED_HALT=PRIMARY:BACKUP): the
+	// primary never seeds that backup, which stays placed but unseeded
+	seedHalt [2]int32
 
 	readmitMu sync.Mutex   // releases queued requests in order
 	dupes     atomic.Int64 // duplicate pushes acknowledged without applying them
@@ -471,7 +478,15 @@ func (e *serverAgent) replicaRoutes(old, r *routing.Routes, me int32) []*seeding
 		}
 	}
 	rp.active = active
+	for _, mv := range rp.ahead {
+		if mv.Epoch <= r.Epoch {
+			rp.copies = rp.copies.Add(mv.Begin, mv.End)
+		}
+	}
 	rp.ahead = slices.DeleteFunc(rp.ahead, func(mv Move) bool { return mv.Epoch <= r.Epoch })
+	// a server the table no longer names for keys stops getting their
+	// pushes: its copy of them stops following
+	rp.copies = rp.copies.Within(routing.Held(r)[me])
 	for _, sd := range rp.seeds {
 		if !slices.ContainsFunc(r.Intervals, func(iv routing.Interval) bool {
 			return iv.Begin == sd.begin && iv.End == sd.end && iv.Node == me && iv.HasBackup(sd.to)
@@ -568,6 +583,14 @@ const seedSlow = 10 * time.Second
 
 func (e *serverAgent) seedCopy(sd *seeding, epoch uint64) bool {
 	log := e.po.Logger().With("begin", sd.begin, "end", sd.end, "backup", sd.to)
+	if e.rep.seedHalt == [2]int32{e.me(), sd.to} {
+		log.Warn("elastic: halted the seeding of a new backup, as ELASTICPS_TEST_SEED_HALT says: it stays unseeded")
+		select {
+		case <-sd.cancel:
+		case <-e.po.Done():
+		}
+		return false
+	}
 	held, told := time.Now(), false
 	for {
 		e.mu.Lock()
@@ -720,8 +743,22 @@ func (e *serverAgent) installSeed(body []byte) error {
 	defer e.mu.Unlock()
 	if mv.Epoch > e.routes.Epoch {
 		e.rep.ahead = append(e.rep.ahead, mv)
+	} else {
+		e.rep.copies = e.rep.copies.Add(mv.Begin, mv.End).Within(routing.Held(e.routes)[e.me()])
 	}
 	return e.rep.seen.Import(seen)
+}
+
+// heldCopies are the keys this server holds a seeded copy of as a backup
+// (MsgCopies).
+func (e *serverAgent) heldCopies() routing.Spans {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.rep.copies
+	for _, mv := range e.rep.ahead {
+		s = s.Add(mv.Begin, mv.End)
+	}
+	return s
 }
 
 // replaceCopy installs state, a copy of mv's keys, in place of what this

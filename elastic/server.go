@@ -120,6 +120,11 @@ func (e *serverAgent) handle(from int32, head int32, body []byte) ([]byte, error
 		return nil, e.installSeed(body)
 	case MsgMoves:
 		return e.moveReports(), nil
+	case MsgCopies:
+		if e.rep == nil {
+			return nil, fmt.Errorf("elastic message %s to a server without PS_REPLICAS", MessageName(head))
+		}
+		return MarshalSpans(e.heldCopies()), nil
 	case MsgAbort:
 		mv, _, err := UnmarshalMove(body)
 		if err != nil {

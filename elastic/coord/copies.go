@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -68,16 +69,47 @@ func (c *Coordinator) update(r *routing.Routes) {
 	}
 }
 
-// assumeSeeded counts every backup r names as a copy: a restarted
-// scheduler takes over a table whose seeding it did not see.
-func (c *Coordinator) assumeSeeded(r *routing.Routes) {
-	c.cmu.Lock()
-	defer c.cmu.Unlock()
-	for _, iv := range r.Intervals {
-		for _, b := range iv.Backups {
-			c.copies[b] = c.copies[b].Add(iv.Begin, iv.End)
+// learnCopies asks the live servers, on a restarted scheduler, which keys
+// each holds a seeded copy of (elastic.MsgCopies): the seedings happened
+// before it started, and a backup placed but not seeded yet holds nothing
+// a failover could promote. A server that does not answer counts as
+// holding no copy: a later failover reports its keys lost rather than
+// serve them empty. The caller holds moveMu, so no failover runs before.
+func (c *Coordinator) learnCopies(live []int32) {
+	for _, id := range live {
+		ans, err := c.link.Call(id, elastic.MsgCopies, nil, c.Timeout)
+		var s routing.Spans
+		if err == nil {
+			s, err = elastic.UnmarshalSpans(ans)
+		}
+		if err != nil {
+			c.log.Warn("coord: a server did not say which keys it holds copies of; it counts as holding none (a failover will not promote it)", "node", id, "err", err)
+			continue
+		}
+		c.cmu.Lock()
+		for _, x := range s.Within(routing.Held(c.table.Current())[id]) {
+			c.copies[id] = c.copies[id].Add(x.Begin, x.End)
+		}
+		c.cmu.Unlock()
+		if c.po.Verbose() >= 1 {
+			c.log.Info("coord: a server's seeded copies, as it reported them", "node", id, "copies", describeSpans(s))
 		}
 	}
+}
+
+// describeSpans is s as "[b,e) [b,e)" for logs.
+func describeSpans(s routing.Spans) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("[%d,%d)", x.Begin, x.End)
+	}
+	if out == "" {
+		return "none"
+	}
+	return out
 }
 
 // seededOnly returns r with, in each interval dead is the primary of, only

@@ -38,10 +38,7 @@ func (c *Coordinator) rebuild(states map[int32][]byte) {
 	// ended (so do failovers of servers found dead now): nothing holds
 	// the lock this early, unless a control request raced the rebuild.
 	locked := c.moveMu.TryLock()
-	go c.resolveInterrupted(locked)
-	if c.replicas > 0 {
-		c.assumeSeeded(cur)
-	}
+	go c.resolveInterrupted(locked) // with PS_REPLICAS, it learns the seeded copies first
 	c.log.Info("coord: routing table taken over from the running job", "epoch", cur.Epoch, "from_node", holder, "routes", describe(cur))
 	for id, e := range epochs {
 		c.ack(id, e)

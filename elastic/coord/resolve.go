@@ -87,6 +87,9 @@ func (c *Coordinator) resolveInterrupted(locked bool) {
 		answered[id] = true
 		reports[id] = rs
 	}
+	if c.replicas > 0 {
+		c.learnCopies(live)
+	}
 	moves := c.interruptedMoves(reports)
 	for _, im := range moves {
 		c.resolve(im, answered)
