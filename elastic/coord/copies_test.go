@@ -111,8 +111,11 @@ func TestUnseededBackupIsNoCopy(t *testing.T) {
 		assert.False(t, g.FailedOver, "%s %d", po.Role(), po.MyNode().ID)
 		assert.ErrorIs(t, po.Failure(), postoffice.ErrNodesLost)
 	}
-	// rank 2's own interval had a seeded backup: rank 0 serves its values
+	// the lost interval stays on the dead server without backups: nobody
+	// can seed one, and workers would wait for a failover that cannot come
 	r = j.coord.Table().Current()
+	assert.Empty(t, r.Intervals[r.Find(ranges[1].Begin)].Backups, describe(r))
+	// rank 2's own interval had a seeded backup: rank 0 serves its values
 	assert.Equal(t, zero.MyNode().ID, r.Intervals[r.Find(ranges[2].Begin)].Node, describe(r))
 	var got []float32
 	ts, err = kv.Pull(j.kvw[0], []uint64{ranges[2].Begin}, &got, nil, kv.Options{})

@@ -177,6 +177,14 @@ func (c *Coordinator) placeBackups(r *routing.Routes, ids []int32) (out *routing
 	out, _ = replica.Place(r, slices.DeleteFunc(slices.Clone(ids), func(id int32) bool { return leaving[id] }), c.replicas)
 	for i := range out.Intervals {
 		iv := &out.Intervals[i]
+		if !slices.Contains(ids, iv.Node) {
+			// Lost: its primary is gone and no copy was left to promote.
+			// Nobody could seed a backup of it, and a backup listed would
+			// keep the workers waiting for a failover that cannot come.
+			iv.Backups = nil
+			changed = changed || len(r.Intervals[i].Backups) > 0
+			continue
+		}
 		for _, b := range r.Intervals[i].Backups {
 			if leaving[b] && b != iv.Node && !iv.HasBackup(b) {
 				iv.Backups = append(slices.Clone(iv.Backups), b)
