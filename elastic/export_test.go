@@ -19,4 +19,8 @@ func GoForTest(n *Node, node, head int32, done func([]byte, error)) error {
 }
 
 // WaitingForTest is the number of n's link's requests waiting for answers.
-func WaitingForTest(n *Node) int { return n.link.waiting() }
+func WaitingForTest(n *Node) int {
+	n.link.mu.Lock()
+	defer n.link.mu.Unlock()
+	return len(n.link.waiters)
+}

@@ -214,13 +214,6 @@ func (l *Link) forgetNode(node int32) {
 	}
 }
 
-// waiting is the number of requests waiting for their answers.
-func (l *Link) waiting() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.waiters)
-}
-
 // Metrics are the elastic metrics of the link's node.
 func (l *Link) Metrics() *Metrics { return l.metrics }
 

@@ -1110,15 +1110,14 @@ func (w *Worker) sweep(sw *sweep) {
 		go w.awaitFailover(sw.node, resend)
 	}
 	slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(a.ts, b.ts) })
+	since, _ := w.po.SchedulerLost()
 	for _, h := range hits {
 		err := w.deadServer(h.node)
 		switch {
 		case sw.node == 0 && w.failover && awaitsFailover(w.table.Current(), h.node):
-			since, _ := w.po.SchedulerLost()
 			err = fmt.Errorf("kv: request %d waited %s for server %d (rank %d), which has not answered since the scheduler became unreachable %s ago; the scheduler, which would fail that server over to its backup, did not come back within PS_SCHEDULER_WAIT: the request fails; restart the job",
 				h.ts, h.waited.Round(time.Millisecond), h.node, message.IDToRank(int(h.node)), now.Sub(since).Round(time.Millisecond))
 		case sw.node == 0:
-			since, _ := w.po.SchedulerLost()
 			err = fmt.Errorf("kv: request %d waited %s for server %d (rank %d), which has not answered for longer than PS_HEARTBEAT_TIMEOUT while the scheduler is unreachable (no answer to heartbeats for PS_HEARTBEAT_TIMEOUT, found %s ago), so nobody can tell whether that server is alive: the request fails; restart the job",
 				h.ts, h.waited.Round(time.Millisecond), h.node, message.IDToRank(int(h.node)), now.Sub(since).Round(time.Millisecond))
 		default:

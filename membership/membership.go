@@ -474,7 +474,6 @@ func (h *hooks) NotifyUpdate(n *memberlist.Node) { h.m.enqueue(Update, n) }
 // logWriter turns memberlist's log lines, "[LEVEL] memberlist: text", into
 // slog records at the matching level. memberlist takes a *log.Logger, which
 // calls Write once per line.
-// logWriter turns memberlist's log lines into slog records.
 type logWriter struct {
 	log *slog.Logger
 	// closing, once set, demotes errors about sockets memberlist closed

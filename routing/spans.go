@@ -2,7 +2,9 @@ package routing
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 )
 
 // Spans is a set of keys: a sorted list of disjoint, non-adjacent ranges.
@@ -52,6 +54,18 @@ func (s Spans) Within(keep Spans) Spans {
 		}
 	}
 	return out
+}
+
+// String is s as "[b,e) [b,e)", or "none", for logs.
+func (s Spans) String() string {
+	if len(s) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(s))
+	for i, x := range s {
+		parts[i] = fmt.Sprintf("[%d,%d)", x.Begin, x.End)
+	}
+	return strings.Join(parts, " ")
 }
 
 // Held returns, per server, the keys r names it the primary or a backup

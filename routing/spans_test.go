@@ -17,6 +17,8 @@ func TestSpans(t *testing.T) {
 	assert.Equal(t, Spans{{10, 40}}, s.Add(25, 30))
 	assert.Equal(t, Spans{{15, 25}, {30, 32}}, s.Within(Spans{{15, 32}}))
 	assert.Empty(t, s.Within(Spans{{0, 10}, {25, 30}}))
+	assert.Equal(t, "[10,25) [30,40)", s.String())
+	assert.Equal(t, "none", Spans(nil).String())
 }
 
 func TestHeld(t *testing.T) {

@@ -1,7 +1,6 @@
 package coord
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/elasticps/elasticps/elastic"
@@ -76,6 +75,7 @@ func (c *Coordinator) update(r *routing.Routes) {
 // holding no copy: a later failover reports its keys lost rather than
 // serve them empty. The caller holds moveMu, so no failover runs before.
 func (c *Coordinator) learnCopies(live []int32) {
+	reported := map[int32]routing.Spans{}
 	for _, id := range live {
 		ans, err := c.link.Call(id, elastic.MsgCopies, nil, c.Timeout)
 		var s routing.Spans
@@ -86,30 +86,19 @@ func (c *Coordinator) learnCopies(live []int32) {
 			c.log.Warn("coord: a server did not say which keys it holds copies of; it counts as holding none (a failover will not promote it)", "node", id, "err", err)
 			continue
 		}
-		c.cmu.Lock()
-		for _, x := range s.Within(routing.Held(c.table.Current())[id]) {
+		reported[id] = s
+		if c.po.Verbose() >= 1 {
+			c.log.Info("coord: a server's seeded copies, as it reported them", "node", id, "copies", s)
+		}
+	}
+	c.cmu.Lock()
+	defer c.cmu.Unlock()
+	held := routing.Held(c.table.Current())
+	for id, s := range reported {
+		for _, x := range s.Within(held[id]) {
 			c.copies[id] = c.copies[id].Add(x.Begin, x.End)
 		}
-		c.cmu.Unlock()
-		if c.po.Verbose() >= 1 {
-			c.log.Info("coord: a server's seeded copies, as it reported them", "node", id, "copies", describeSpans(s))
-		}
 	}
-}
-
-// describeSpans is s as "[b,e) [b,e)" for logs.
-func describeSpans(s routing.Spans) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += " "
-		}
-		out += fmt.Sprintf("[%d,%d)", x.Begin, x.End)
-	}
-	if out == "" {
-		return "none"
-	}
-	return out
 }
 
 // seededOnly returns r with, in each interval dead is the primary of, only
